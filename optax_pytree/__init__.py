@@ -1,0 +1,12 @@
+"""optax_pytree: any optax transformation as a JAX pytree of its hyperparameters."""
+
+import importlib.metadata
+
+from ._wrap import pytree_transformation as pytree_transformation
+from ._wrap import wrap as wrap
+from ._wrap import wrap_transformation_as_pytree as wrap_transformation_as_pytree
+
+try:
+    __version__ = importlib.metadata.version("optax_pytree")
+except importlib.metadata.PackageNotFoundError:  # pragma: no cover - not installed
+    __version__ = "0+unknown"

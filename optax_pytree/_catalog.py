@@ -1,0 +1,100 @@
+"""Which public names of optax are factories, read from optax itself.
+
+Used by the drop-in module and by the catalogue test, so that a new optax
+release is covered without editing a list here. A name is a factory when its
+return annotation is a transformation or ``optax.Schedule``; where optax left
+it unannotated, when its docstring's ``Returns:`` section says it returns a
+gradient transformation; and classes whose instances have ``init`` and
+``update`` (``optax.MultiSteps``).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import types
+import warnings
+from typing import Any
+
+from optax._src import base
+
+_TRANSFORMATIONS = (base.GradientTransformation, base.GradientTransformationExtraArgs)
+_TRANSFORMATION_NAMES = ("GradientTransformation", "GradientTransformationExtraArgs")
+
+
+def _returns_section(doc: str | None) -> str:
+    if not doc or "Returns:" not in doc:
+        return ""
+    return doc.split("Returns:", 1)[1].split("\n\n", 1)[0]
+
+
+def factory_kind(obj: Any) -> str | None:
+    """``"transformation"``, ``"schedule"`` or None (not a factory)."""
+    if inspect.isclass(obj):
+        if issubclass(obj, tuple):  # states, GradientTransformation itself
+            return None
+        if callable(getattr(obj, "init", None)) and callable(getattr(obj, "update", None)):
+            if callable(getattr(obj, "gradient_transformation", None)):
+                return "transformation"
+        return None
+    if isinstance(obj, functools.partial):  # optax.nadam = partial(adam, nesterov=True)
+        return factory_kind(obj.func)
+    if not isinstance(obj, (types.FunctionType, types.BuiltinFunctionType)):
+        return None
+    try:
+        returns = inspect.signature(obj).return_annotation
+    except (TypeError, ValueError):
+        return None
+    if isinstance(returns, str):
+        last = returns.rsplit(".", 1)[-1]
+        if last in _TRANSFORMATION_NAMES:
+            return "transformation"
+        if last == "Schedule":
+            return "schedule"
+        return None
+    if returns in _TRANSFORMATIONS:
+        return "transformation"
+    if returns == base.Schedule:
+        return "schedule"
+    if returns is inspect.Signature.empty and "gradient transformation" in _returns_section(
+        obj.__doc__
+    ).lower().replace("gradienttransformation", "gradient transformation"):
+        return "transformation"
+    return None
+
+
+def public_names(module: types.ModuleType) -> list[str]:
+    names = getattr(module, "__all__", None)
+    if names is None:
+        names = [n for n in dir(module) if not n.startswith("_")]
+    return sorted(names)
+
+
+def get_quietly(module: types.ModuleType, name: str) -> tuple[Any, bool]:
+    """``getattr(module, name)`` and whether optax flagged the name as deprecated."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        obj = getattr(module, name, None)
+    return obj, any(issubclass(w.category, DeprecationWarning) for w in caught)
+
+
+def factories() -> list[tuple[str, Any, str]]:
+    """(qualified name, factory, kind) for every factory of optax, contrib, schedules.
+
+    A factory reachable under several names (``optax.linear_schedule`` and
+    ``optax.schedules.linear_schedule``) is listed once, under its first name;
+    names that optax deprecates in favour of another are left out.
+    """
+    import optax.contrib
+    import optax.schedules
+
+    out, seen = [], set()
+    for module in (optax, optax.contrib, optax.schedules):
+        for name in public_names(module):
+            obj, deprecated = get_quietly(module, name)
+            kind = factory_kind(obj)
+            if kind is None or deprecated or id(obj) in seen:
+                continue
+            seen.add(id(obj))
+            out.append((f"{module.__name__}.{name}", obj, kind))
+    return out

@@ -1,0 +1,250 @@
+"""Shared test helpers: comparisons, a tiny problem, the catalogue under test."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+import optax_pytree as opx
+from optax_pytree import _catalog
+
+
+def tree_allclose(a: Any, b: Any, rtol: float = 1e-5, atol: float = 1e-6) -> bool:
+    """Same structure, and leaves equal to float32 round-off (exactly for ints)."""
+    if jax.tree_util.tree_structure(a) != jax.tree_util.tree_structure(b):
+        return False
+    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
+        if jnp.issubdtype(jnp.asarray(x).dtype, jax.dtypes.prng_key):
+            x, y = jax.random.key_data(x), jax.random.key_data(y)
+        x, y = np.asarray(x), np.asarray(y)
+        if x.shape != y.shape:
+            return False
+        if np.issubdtype(x.dtype, np.inexact):
+            if not np.allclose(x, y, rtol=rtol, atol=atol, equal_nan=True):
+                return False
+        elif not np.array_equal(x, y):
+            return False
+    return True
+
+
+def assert_tree_allclose(a: Any, b: Any, rtol: float = 1e-5, atol: float = 1e-6) -> None:
+    sa, sb = jax.tree_util.tree_structure(a), jax.tree_util.tree_structure(b)
+    assert sa == sb, f"structures differ:\n{sa}\n{sb}"
+    for (path, x), y in zip(jax.tree_util.tree_flatten_with_path(a)[0], jax.tree_util.tree_leaves(b)):
+        if jnp.issubdtype(jnp.asarray(x).dtype, jax.dtypes.prng_key):
+            x, y = jax.random.key_data(x), jax.random.key_data(y)
+        x, y = np.asarray(x), np.asarray(y)
+        where = jax.tree_util.keystr(path)
+        assert x.shape == y.shape, f"{where}: shapes {x.shape} != {y.shape}"
+        if np.issubdtype(x.dtype, np.inexact):
+            np.testing.assert_allclose(x, y, rtol=rtol, atol=atol, equal_nan=True, err_msg=where)
+        else:
+            np.testing.assert_array_equal(x, y, err_msg=where)
+
+
+# A small least-squares problem: a 2-D and a 1-D parameter, so that shape
+# dependent code paths (factored second moments, matrix orthogonalization) run.
+TARGET = {"b": jnp.array([0.5, -1.0, 2.0]), "w": jnp.arange(12.0).reshape(4, 3) / 10.0}
+PARAMS = {"b": jnp.array([0.1, 0.2, -0.3]), "w": jnp.linspace(-1.0, 1.0, 12).reshape(4, 3)}
+
+
+def loss(params: dict[str, jax.Array]) -> jax.Array:
+    terms = [jnp.sum((p - TARGET[k]) ** 2 * (1.0 + TARGET[k] ** 2)) for k, p in params.items()]
+    return sum(terms, jnp.zeros(()))
+
+
+def run_steps(
+    tx: Any,
+    params: Any,
+    steps: int = 5,
+    extra: str = "linesearch",
+    per_example: bool = False,
+    fast: bool = False,
+    apply: bool = True,
+    scan: bool = True,
+) -> tuple[Any, Any, Any]:
+    """``steps`` optimizer steps; returns (params, state, last updates).
+
+    ``extra`` passes the extra arguments of line searches and Polyak steps
+    ("linesearch"), of Hessian estimators ("obj_fn"), or none ("");
+    ``per_example`` gives gradients a batch axis of two examples
+    (differential privacy); ``fast`` differentiates w.r.t. ``params.fast``
+    (lookahead); ``apply=False`` keeps the parameters (a transformation whose
+    updates are a measurement); ``scan=False`` unrolls (a state whose
+    structure changes after the first step).
+    """
+    tx = optax.with_extra_args_support(tx)
+    state = tx.init(params)
+
+    def body(carry: Any, _: Any) -> Any:
+        p, s, _ = carry
+        value, grad = jax.value_and_grad(loss)(p.fast if fast else p)
+        if per_example:
+            grad = jax.tree_util.tree_map(lambda g: jnp.stack([g, 0.5 * g]), grad)
+        kwargs: dict[str, Any] = {
+            "linesearch": {"value": value, "grad": grad, "value_fn": loss},
+            "obj_fn": {"obj_fn": loss},
+            "": {},
+        }[extra]
+        updates, s = tx.update(grad, s, p, **kwargs)
+        return (optax.apply_updates(p, updates) if apply else p, s, updates), None
+
+    _, _, updates0 = jax.eval_shape(lambda: body((params, state, None), None)[0])
+    carry = (params, state, jax.tree_util.tree_map(lambda x: jnp.zeros(x.shape, x.dtype), updates0))
+    if scan:
+        carry, _ = jax.lax.scan(body, carry, None, length=steps)
+    else:
+        for _ in range(steps):
+            carry, _ = body(carry, None)
+    return carry
+
+
+def raw(factory: Any, *args: Any, **kwargs: Any) -> Any:
+    return factory(*args, **kwargs)
+
+
+def wrapped(factory: Any, *args: Any, **kwargs: Any) -> Any:
+    return opx.wrap(factory, *args, **kwargs)
+
+
+# ---------------------------------------------------------------------------
+# The catalogue: every factory of optax, optax.contrib and optax.schedules,
+# enumerated from optax at test time. Required arguments are filled by name
+# from FILL; CALLS overrides where a factory needs a particular combination.
+# ``w`` builds a child: raw optax for the reference, wrapped for the test.
+
+
+def _every_other_step(count: Any) -> Any:
+    return count % 2 == 0
+
+
+def _mean_measure(updates: Any, params: Any = None) -> Any:
+    del params
+    return jnp.mean(jnp.stack([jnp.mean(x) for x in jax.tree_util.tree_leaves(updates)]))
+
+
+def _halve(updates: Any, params: Any = None) -> Any:
+    del params
+    return jax.tree_util.tree_map(lambda g: 0.5 * g, updates)
+
+
+FILL: dict[str, Any] = {
+    "learning_rate": 0.05,
+    "clipping": 0.1,
+    "eta": 0.01,
+    "gamma": 0.55,
+    "max_consecutive_errors": 3,
+    "max_delta": 0.5,
+    "threshold": 1.0,
+    "max_norm": 1.0,
+    "should_transform_fn": _every_other_step,
+    "value": 0.5,
+    "init_value": 1.0,
+    "end_value": 0.1,
+    "decay_steps": 100,
+    "transition_steps": 10,
+    "peak_value": 2.0,
+    "warmup_steps": 5,
+    "decay_rate": 0.5,
+    "l2_norm_clip": 1.0,
+    "noise_multiplier": 0.1,
+    "seed": 0,
+    "decay": 0.9,
+    "sync_period": 2,
+    "slow_step_size": 0.5,
+    "mask": {"b": False, "w": True},
+    "measure": _mean_measure,
+    "param_labels": {"b": "slow", "w": "fast"},
+    "interpolate_type": "linear",
+    "power": 2.0,
+    "step_size": 0.5,
+    "max_backtracking_steps": 5,
+    "max_linesearch_steps": 5,
+    "f": _halve,
+    "every_k_schedule": 2,
+    "cosine_kwargs": [{"init_value": 1.0, "peak_value": 2.0, "decay_steps": 20, "warmup_steps": 5}],
+    "boundaries": [5],
+}
+
+# Arguments that are transformations or schedules, built with ``w``.
+CHILD_FILL: dict[str, Any] = {
+    "inner": lambda w: w(optax.sgd, 0.1),
+    "opt": lambda w: w(optax.sgd, 0.1),
+    "fast_optimizer": lambda w: w(optax.sgd, 0.1),
+    "base_optimizer": lambda w: w(optax.sgd, 0.1),
+    "optimizer": lambda w: w(optax.sgd, 0.1),
+    "adv_optimizer": lambda w: w(optax.sgd, 0.01),
+    "step_size_fn": lambda w: w(optax.linear_schedule, 1.0, 0.1, 10),
+    "transforms": lambda w: {"fast": w(optax.adam, 0.05), "slow": w(optax.sgd, 0.01)},
+    "schedules": lambda w: [w(optax.linear_schedule, 1.0, 0.5, 5), w(optax.constant_schedule, 0.5)],
+}
+
+CALLS: dict[str, Any] = {
+    "optax.chain": lambda f, w: w(f, w(optax.clip_by_global_norm, 1.0), w(optax.adam, 0.05)),
+    # Its default (no dimension numbers) fits a single array only.
+    "optax.contrib.scale_by_muon": lambda f, w: w(
+        f, weight_dimension_numbers={"w": optax.contrib.MuonDimensionNumbers(0, 1)}
+    ),
+    "optax.monitor": lambda f, w: w(
+        f, {"norm": optax.tree.norm, "mean": w(optax.measure_with_ema, _mean_measure, 0.9)}
+    ),
+}
+
+# How to drive a factory whose update needs something particular.
+RUN_OPTIONS: dict[str, dict[str, Any]] = {
+    "optax.lookahead": {"fast": True},
+    "optax.measure_with_ema": {"apply": False},  # its updates are the measurement
+    "optax.monitor": {"scan": False},  # its state gains entries at the first update
+    "optax.contrib.sam": {"extra": ""},  # its update takes grad_fn only
+    "optax.contrib.hutchinson_estimator_diag_hessian": {"extra": "obj_fn"},
+    "optax.contrib.sophia": {"extra": "obj_fn"},
+    "optax.contrib.differentially_private_aggregate": {"per_example": True},
+    "optax.contrib.dpsgd": {"per_example": True},
+}
+
+# Parameters other than PARAMS, where a factory needs a structure of its own.
+PARAMS_FOR: dict[str, Any] = {
+    "optax.lookahead": lambda: optax.LookaheadParams.init_synced(PARAMS),
+    "optax.contrib.scale_by_muon": lambda: {"w": PARAMS["w"]},  # 2-D only; muon() routes the rest
+}
+
+SKIP: dict[str, str] = {}
+
+
+def catalogue() -> list[tuple[str, Any, str]]:
+    return _catalog.factories()
+
+
+def call(name: str, factory: Any, w: Any) -> Any:
+    """The factory called with the catalogue's arguments, children built with ``w``."""
+    if name in CALLS:
+        return CALLS[name](factory, w)
+    import inspect
+
+    kwargs = {}
+    for p in inspect.signature(factory).parameters.values():
+        if p.default is not p.empty or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        if p.name in CHILD_FILL:
+            kwargs[p.name] = CHILD_FILL[p.name](w)
+        elif p.name in FILL:
+            kwargs[p.name] = FILL[p.name]
+        else:
+            raise KeyError(f"no catalogue value for {name}({p.name}=...): add it to FILL")
+    return w(factory, **kwargs)
+
+
+def first_float_leaf(tree: Any) -> tuple[Any, Any] | None:
+    """(path, value) of the first floating leaf, the hyperparameter to vary."""
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        if jnp.issubdtype(jnp.asarray(leaf).dtype, jnp.floating):
+            return path, leaf
+    return None
+
+
+def scale_leaf(tree: Any, path: Any, factor: float) -> Any:
+    return jax.tree_util.tree_map_with_path(lambda p, x: x * factor if p == path else x, tree)
