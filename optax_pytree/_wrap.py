@@ -704,8 +704,7 @@ def _param_shapes_from(static: dict[str, Any]) -> list[Any]:
             continue
         leaves = jax.tree_util.tree_leaves(value)
         if leaves and all(isinstance(x, (bool, np.bool_, str)) for x in leaves):
-            spec = jax.ShapeDtypeStruct((4, 3), jnp.float32)
-            out.append(jax.tree_util.tree_map(lambda _: spec, value))
+            out.append(jax.tree_util.tree_map(lambda _: jax.ShapeDtypeStruct((4, 3), jnp.float32), value))
     return out
 
 
