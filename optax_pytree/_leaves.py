@@ -70,7 +70,7 @@ def to_leaves(values: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     pending: dict[str, Any] = {}
     for name, x in values.items():
-        if isinstance(x, _PY_NUMBERS):
+        if type(x) in _PY_NUMBERS:  # not isinstance: np.float64 subclasses float
             pending[name] = x
         elif isinstance(x, (np.ndarray, np.generic)):
             if x.ndim == 0 and x.dtype in _DEFAULT_KINDS:

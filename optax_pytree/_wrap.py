@@ -727,7 +727,8 @@ def _analyse(
         result = info.call(base)
     except Exception as e:
         if hasattr(e, "add_note"):
-            e.add_note(f"(raised by {info.name} when optax_pytree.wrap called it with these arguments)")
+            shown = ", ".join(f"{n}={values[n]!r}" for n, r in roles.items() if r != CHILD)
+            e.add_note(f"(raised by {info.name} when optax_pytree.wrap called it with {shown})")
         raise
     if isinstance(result, optax.GradientTransformation) or (
         callable(getattr(result, "init", None)) and callable(getattr(result, "update", None))
@@ -809,6 +810,11 @@ def _make(
                 info, roles, values, templates, candidates, _leaves.to_leaves({n: values[n] for n in forced})
             )
             _DETECTED.setdefault(key, found)
+        elif found[1]:
+            # Arguments the factory reads as Python values are what its own
+            # checks look at (``sync_period >= 1``): call it, so that a bad
+            # value fails here, at wrap, rather than at trace time.
+            _analyse(info, roles, values, templates, [], {})
         kind, detected, undecided = found
     else:
         kind = _kind_of(info, roles, values, templates)
