@@ -56,7 +56,8 @@ def as_transformation(built: Any) -> optax.GradientTransformationExtraArgs:
         return optax.with_extra_args_support(built)
     to_tx = getattr(built, "gradient_transformation", None)
     if callable(to_tx):  # optax.MultiSteps and friends
-        return optax.with_extra_args_support(to_tx())
+        inner: Any = to_tx()
+        return optax.with_extra_args_support(inner)
     return optax.GradientTransformationExtraArgs(built.init, built.update)
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.core import Tracer
 
 _PY_NUMBERS = (int, float, complex)
 # NumPy's default kinds: a NumPy scalar or 0-d array of these is normalized to
@@ -34,9 +35,9 @@ def is_numeric(x: Any) -> bool:
         return True
     if isinstance(x, (np.ndarray, np.generic, jax.Array)):
         dtype = x.dtype
-        if jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+        if jnp.issubdtype(dtype, jax.dtypes.prng_key):
             return True
-        return jax.dtypes.issubdtype(dtype, np.number)
+        return jnp.issubdtype(dtype, np.number)
     return False
 
 
@@ -49,7 +50,7 @@ def _weak_converter(n: int):
     return jax.jit(lambda *xs: xs)
 
 
-def _to_weak_scalar_array(x: jax.Array) -> jax.Array:
+def _to_weak_scalar_array(x: jax.Array) -> Any:
     """A 0-d array of a default kind, as a weakly typed array (traced or not)."""
     if getattr(x, "weak_type", False):
         return x
@@ -88,6 +89,10 @@ def to_leaves(values: dict[str, Any]) -> dict[str, Any]:
         converted = _weak_converter(len(pending))(*pending.values())
         out.update(zip(pending, converted))
     return {name: out[name] for name in values}
+
+
+def is_tracer(x: Any) -> bool:
+    return isinstance(x, Tracer)
 
 
 def aval_key(x: Any) -> Any:

@@ -13,6 +13,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax.core import Tracer
 
 
 class _ByIdentity:
@@ -37,7 +38,7 @@ def _array_key(x: Any) -> tuple[Any, ...]:
 
 def _freeze_leaf(x: Any) -> Any:
     if isinstance(x, (np.ndarray, jax.Array)):
-        if isinstance(x, jax.core.Tracer):
+        if isinstance(x, Tracer):
             return _ByIdentity(x)
         return _array_key(x)
     try:

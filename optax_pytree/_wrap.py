@@ -441,8 +441,7 @@ def _raise_traced_failure(e: Exception, spec: _Spec, leaves: tuple[Any, ...], wh
     traced = [
         n
         for n, leaf in zip(spec.leaf_names, leaves)
-        if spec.roles[n] == DYNAMIC
-        and any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(leaf))
+        if spec.roles[n] == DYNAMIC and any(_leaves.is_tracer(x) for x in jax.tree_util.tree_leaves(leaf))
     ]
     if not traced:
         return
@@ -573,7 +572,7 @@ class _Wrapped:
 
 
 def _describe_leaf(x: Any) -> str:
-    if isinstance(x, jax.core.Tracer):
+    if _leaves.is_tracer(x):
         return f"<dynamic {x.aval.str_short()}>"
     if isinstance(x, (jax.Array, np.ndarray)):
         aval = f"{x.dtype.name}[{','.join(map(str, x.shape))}]"
@@ -590,20 +589,18 @@ class PyTreeTransformation(_Wrapped, optax.GradientTransformationExtraArgs):
     (a tuple ``(init, update)``), so it goes wherever optax takes one.
     """
 
-    def init(self, params: Any) -> Any:  # pyright: ignore[reportIncompatibleMethodOverride]
+    def init(self, params: Any) -> Any:  # pyright: ignore[reportIncompatibleVariableOverride]
         """Exactly the factory's ``init`` for the current hyperparameters."""
         return self._core.init(params)
 
-    def update(  # pyright: ignore[reportIncompatibleMethodOverride]
+    def update(  # pyright: ignore[reportIncompatibleVariableOverride]
         self, updates: Any, state: Any, params: Any = None, **extra_args: Any
     ) -> tuple[Any, Any]:
         """Exactly the factory's ``update``; extra arguments are forwarded."""
         return self._core.update(updates, state, params, **extra_args)
 
-    # A tuple compares by its elements; these are per-object bound methods, so
-    # equality is identity, as for any optax transformation.
-    __eq__ = tuple.__eq__
-    __hash__ = tuple.__hash__
+    # Equality and hash are the tuple's: its elements are per-object bound
+    # methods, so equality is identity, as for any optax transformation.
 
 
 class PyTreeSchedule(_Wrapped):
@@ -728,7 +725,7 @@ def _analyse(
     except Exception as e:
         if hasattr(e, "add_note"):
             shown = ", ".join(f"{n}={values[n]!r}" for n, r in roles.items() if r != CHILD)
-            e.add_note(f"(raised by {info.name} when optax_pytree.wrap called it with {shown})")
+            e.add_note(f"(raised by {info.name} when optax_pytree.wrap called it with {shown})")  # pyright: ignore[reportAttributeAccessIssue]
         raise
     if isinstance(result, optax.GradientTransformation) or (
         callable(getattr(result, "init", None)) and callable(getattr(result, "update", None))
@@ -818,6 +815,7 @@ def _make(
         kind, detected, undecided = found
     else:
         kind = _kind_of(info, roles, values, templates)
+    assert detected is not None
     for name in detected:
         roles[name] = STATIC
     dynamic = [n for n, r in roles.items() if r == DYNAMIC]
@@ -985,5 +983,5 @@ def pytree_transformation(
         return _make(info, info.bind(args, kwargs), static_names, dynamic_names)
 
     setattr(decorated, _MARK, inner)
-    decorated.__signature__ = info.signature  # pyright: ignore[reportFunctionMemberAccess]
+    setattr(decorated, "__signature__", info.signature)  # noqa: B010 - not a plain attribute to pyright
     return decorated

@@ -184,7 +184,7 @@ def test_scan_carries_the_optimizer() -> None:
 
     tx = opx.wrap(optax.adam, learning_rate=0.1)
     lrs = jnp.array([0.1, 0.05, 0.02])
-    (tx_out, params, _), losses = jax.jit(lambda c: jax.lax.scan(body, c, lrs))((tx, PARAMS, tx.init(PARAMS)))
+    (tx_out, params, _), _ = jax.jit(lambda c: jax.lax.scan(body, c, lrs))((tx, PARAMS, tx.init(PARAMS)))
     assert float(tx_out.learning_rate) == pytest.approx(0.02)
     raw_params, raw_state = PARAMS, optax.adam(0.1).init(PARAMS)
     for lr in (0.1, 0.05, 0.02):
@@ -476,13 +476,17 @@ def not_a_factory(x: float) -> float:
             ValueError,
             r"optax\.adam: replace\(\) got unknown argument 'lr'",
         ),
-        (lambda: opx.wrap(3.0), TypeError, r"must be callable"),
+        (lambda: opx.wrap(3.0), TypeError, r"must be callable"),  # pyright: ignore[reportArgumentType]
         (
             lambda: opx.pytree_transformation(optax.sgd, static_argnames="lr"),
             ValueError,
             r"optax\.sgd.*'lr'",
         ),
-        (lambda: opx.wrap(optax.lookahead, opx.wrap(optax.sgd, 0.1), 0, 0.5), ValueError, r"lookahead.*sync_period=0"),
+        (
+            lambda: opx.wrap(optax.lookahead, opx.wrap(optax.sgd, 0.1), 0, 0.5),
+            ValueError,
+            r"lookahead.*sync_period=0",
+        ),
     ],
     ids=[
         "unknown",
