@@ -354,12 +354,14 @@ class _LRU:
 
 _DETECTED = _LRU(4096)  # (factory, configuration) -> (kind, detected, undecided)
 _SPECS = _LRU(4096)  # interned specs: equal specs are the same object, so == is `is`
+_SPEC_OF_KEY = _LRU(4096)  # wrap's configuration key -> interned spec
 
 
 def clear_caches() -> None:
     """Forgets every cached detection result (for tests and benchmarks)."""
     _DETECTED.clear()
     _SPECS.clear()
+    _SPEC_OF_KEY.clear()
     _INFOS.clear()
 
 
@@ -436,8 +438,17 @@ def _build_child(w: Any) -> Any:
 
 def _raise_traced_failure(e: Exception, spec: _Spec, leaves: tuple[Any, ...], where: str) -> None:
     """Turns "a dynamic argument had to be concrete" into an error that names it."""
-    if not isinstance(e, TypeError):
-        return
+    concreteness = (
+        jax.errors.ConcretizationTypeError,
+        jax.errors.TracerBoolConversionError,
+        jax.errors.TracerIntegerConversionError,
+        jax.errors.TracerArrayConversionError,
+    )
+    text = str(e)
+    if not isinstance(e, concreteness) and not (
+        isinstance(e, TypeError) and any(w in text for w in ("Traced<", "Tracer", "concrete"))
+    ):
+        return  # not about a traced value: the factory's own error stands
     traced = [
         n
         for n, leaf in zip(spec.leaf_names, leaves)
@@ -445,8 +456,7 @@ def _raise_traced_failure(e: Exception, spec: _Spec, leaves: tuple[Any, ...], wh
     ]
     if not traced:
         return
-    message = str(e)
-    named = [n for n in traced if f".{n}" in message or f"'{n}'" in message or f"`{n}`" in message]
+    named = [n for n in traced if f".{n}" in text or f"'{n}'" in text or f"`{n}`" in text]
     culprits = named or traced
     which = f"argument {culprits[0]!r} is" if len(culprits) == 1 else f"one of the arguments {culprits} is"
     hint = ", ".join(repr(n) for n in culprits) + ("," if len(culprits) == 1 else "")
@@ -799,8 +809,8 @@ def _make(
         values[name] = value
 
     undecided = False
+    key = (info.factory, tuple(key_parts))
     if detected is None:
-        key = (info.factory, tuple(key_parts))
         found = _DETECTED.get(key)
         if found is None:
             found = _analyse(
@@ -820,9 +830,15 @@ def _make(
         roles[name] = STATIC
     dynamic = [n for n, r in roles.items() if r == DYNAMIC]
     converted = _leaves.to_leaves({n: values[n] for n in dynamic}) if dynamic else {}
-    static = {n: values[n] for n, r in roles.items() if r == STATIC}
-    spec = _Spec(info, kind, roles, static, templates, detected, undecided, forced_static, forced_dynamic)
-    spec = _SPECS.setdefault(spec, spec)
+    # Equal configurations share one spec object (so that JAX's treedef
+    # comparisons are identity checks), found without rebuilding it.
+    spec_key = (info, key, tuple(_static.freeze(values[n]) for n in detected), forced_static, forced_dynamic)
+    spec = _SPEC_OF_KEY.get(spec_key)
+    if spec is None:
+        static = {n: values[n] for n, r in roles.items() if r == STATIC}
+        spec = _Spec(info, kind, roles, static, templates, detected, undecided, forced_static, forced_dynamic)
+        spec = _SPECS.setdefault(spec, spec)
+        _SPEC_OF_KEY.setdefault(spec_key, spec)
     leaves = tuple(converted[n] if roles[n] == DYNAMIC else values[n] for n in spec.leaf_names)
     return _new(spec, leaves)
 
