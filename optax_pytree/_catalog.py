@@ -64,10 +64,10 @@ def factory_kind(obj: Any) -> str | None:
 
 
 def public_names(module: types.ModuleType) -> list[str]:
-    names = getattr(module, "__all__", None)
-    if names is None:
-        names = [n for n in dir(module) if not n.startswith("_")]
-    return sorted(names)
+    """``__all__`` and every other public name (optax's ``__all__`` misses some)."""
+    names: set[str] = set(getattr(module, "__all__", ()))
+    names.update(n for n in dir(module) if not n.startswith("_"))
+    return sorted(n for n in names if not inspect.ismodule(getattr(module, n, None)))
 
 
 def get_quietly(module: types.ModuleType, name: str) -> tuple[Any, bool]:

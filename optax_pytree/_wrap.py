@@ -402,14 +402,18 @@ class _Core:
                     out[name] = fn(child)
         return out
 
-    def build(self) -> Any:
+    def build_raw(self) -> Any:
+        """What the factory returns, as it returns it."""
         spec = self.spec
         try:
-            built = spec.info.call(self.arguments(build_children=True))
+            return spec.info.call(self.arguments(build_children=True))
         except Exception as e:
             _raise_traced_failure(e, spec, self.leaves, "building it")
             raise
-        if spec.kind == "transformation":
+
+    def build(self) -> Any:
+        built = self.build_raw()
+        if self.spec.kind == "transformation":
             to_tx = getattr(built, "gradient_transformation", None)
             if not isinstance(built, optax.GradientTransformation) and callable(to_tx):
                 built = to_tx()  # optax.MultiSteps
@@ -536,6 +540,12 @@ class _Wrapped:
         core = self.__dict__.get("_core")
         if core is not None and name in core.spec.roles:
             return core.arguments(build_children=False)[name]
+        if core is not None and not name.startswith("_"):
+            # Public attributes of what the factory returns, e.g. the
+            # ``has_updated`` of an ``optax.MultiSteps``.
+            built = core.build_raw()
+            if hasattr(built, name) and not isinstance(built, tuple):
+                return getattr(built, name)
         raise AttributeError(
             f"{type(self).__name__} of {core.spec.info.name if core else '?'} has no attribute "
             f"or argument {name!r}"
@@ -609,6 +619,10 @@ class PyTreeTransformation(_Wrapped, optax.GradientTransformationExtraArgs):
         """Exactly the factory's ``update``; extra arguments are forwarded."""
         return self._core.update(updates, state, params, **extra_args)
 
+    def gradient_transformation(self) -> PyTreeTransformation:
+        """Itself: what ``optax.MultiSteps(...).gradient_transformation()`` gives."""
+        return self
+
     # Equality and hash are the tuple's: its elements are per-object bound
     # methods, so equality is identity, as for any optax transformation.
 
@@ -664,6 +678,10 @@ class _FactoryRef:
 
     def __reduce__(self) -> Any:
         f = self.factory
+        public = _optax_names().get(id(f))
+        if public is not None:  # optax.nadam is a functools.partial: by its name
+            module_name, _, name = public.rpartition(".")
+            return (_resolve_factory, (module_name, name))
         module, qualname = getattr(f, "__module__", None), getattr(f, "__qualname__", None)
         if module and qualname and "<locals>" not in qualname:
             return (_resolve_factory, (module, qualname))
@@ -994,7 +1012,8 @@ def pytree_transformation(
             f"{info.name}: argument {sorted(both)[0]!r} is in both static_argnames and dynamic_argnames"
         )
 
-    @functools.wraps(inner)
+    # A class (optax.MultiSteps) must not lend its members to the function.
+    @functools.wraps(inner, updated=() if inspect.isclass(inner) else functools.WRAPPER_UPDATES)
     def decorated(*args: Any, **kwargs: Any) -> Any:
         return _make(info, info.bind(args, kwargs), static_names, dynamic_names)
 

@@ -168,6 +168,8 @@ FILL: dict[str, Any] = {
     "every_k_schedule": 2,
     "cosine_kwargs": [{"init_value": 1.0, "peak_value": 2.0, "decay_steps": 20, "warmup_steps": 5}],
     "boundaries": [5],
+    "freeze_mask": {"b": True, "w": False},
+    "measure_name": "mean_update",
 }
 
 # Arguments that are transformations or schedules, built with ``w``.
@@ -177,6 +179,7 @@ CHILD_FILL: dict[str, Any] = {
     "fast_optimizer": lambda w: w(optax.sgd, 0.1),
     "base_optimizer": lambda w: w(optax.sgd, 0.1),
     "optimizer": lambda w: w(optax.sgd, 0.1),
+    "tx": lambda w: w(optax.sgd, 0.1),
     "adv_optimizer": lambda w: w(optax.sgd, 0.01),
     "step_size_fn": lambda w: w(optax.linear_schedule, 1.0, 0.1, 10),
     "transforms": lambda w: {"fast": w(optax.adam, 0.05), "slow": w(optax.sgd, 0.01)},
@@ -185,6 +188,8 @@ CHILD_FILL: dict[str, Any] = {
 
 CALLS: dict[str, Any] = {
     "optax.chain": lambda f, w: w(f, w(optax.clip_by_global_norm, 1.0), w(optax.adam, 0.05)),
+    "optax.named_chain": lambda f, w: w(f, ("clip", w(optax.clip, 0.5)), ("opt", w(optax.adam, 0.05))),
+    "optax.freeze": lambda f, w: w(f, {"b": True, "w": False}),
     # Its default (no dimension numbers) fits a single array only.
     "optax.contrib.scale_by_muon": lambda f, w: w(
         f, weight_dimension_numbers={"w": optax.contrib.MuonDimensionNumbers(0, 1)}

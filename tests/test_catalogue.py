@@ -47,7 +47,8 @@ def test_catalogue_is_read_from_optax() -> None:
         "optax.contrib.muon",
         "optax.contrib.schedule_free",
         "optax.linear_schedule",
-        "optax.schedules.warmup_constant_schedule",
+        "optax.warmup_constant_schedule",
+        "optax.named_chain",
     ):
         assert expected in names
     assert "optax.inject_hyperparams" not in names  # a wrapper of factories, not one
