@@ -2,6 +2,11 @@
 
 import importlib.metadata
 
+from ._sweep import grid as grid
+from ._sweep import index as index
+from ._sweep import shard as shard
+from ._sweep import stack as stack
+from ._sweep import unstack as unstack
 from ._wrap import pytree_transformation as pytree_transformation
 from ._wrap import wrap as wrap
 from ._wrap import wrap_transformation_as_pytree as wrap_transformation_as_pytree

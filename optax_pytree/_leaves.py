@@ -20,6 +20,7 @@ import numpy as np
 from jax.core import Tracer
 
 _PY_NUMBERS = (int, float, complex)
+_NUMERIC_KINDS = frozenset("iufc")
 # NumPy's default kinds: a NumPy scalar or 0-d array of these is normalized to
 # the weakly typed default dtype, exactly like the Python number it stands for.
 _DEFAULT_KINDS = frozenset(
@@ -35,9 +36,11 @@ def is_numeric(x: Any) -> bool:
         return True
     if isinstance(x, (np.ndarray, np.generic, jax.Array)):
         dtype = x.dtype
+        if getattr(dtype, "kind", None) in _NUMERIC_KINDS:  # the common case, fast
+            return True
         if jnp.issubdtype(dtype, jax.dtypes.prng_key):
             return True
-        return jnp.issubdtype(dtype, np.number)
+        return jnp.issubdtype(dtype, np.number)  # bfloat16, float8 (kind "V")
     return False
 
 
@@ -100,5 +103,5 @@ def aval_key(x: Any) -> Any:
     if isinstance(x, _PY_NUMBERS):
         return type(x)
     if isinstance(x, (np.ndarray, np.generic, jax.Array)):
-        return (x.shape, str(x.dtype), bool(getattr(x, "weak_type", False)))
+        return (x.shape, x.dtype, bool(getattr(x, "weak_type", False)))
     return jax.tree_util.tree_structure(x)

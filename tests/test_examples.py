@@ -14,7 +14,7 @@ EXAMPLES = sorted((pathlib.Path(__file__).parent.parent / "examples").glob("*.py
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
 def test_example_runs(path: pathlib.Path, tmp_path: pathlib.Path) -> None:
-    env = {**os.environ, "OPTAX_PYTREE_SMOKE": "1", "MPLBACKEND": "Agg", "OPTAX_PYTREE_OUTPUT": str(tmp_path)}
+    env = {**os.environ, "OPTAX_PYTREE_SMOKE": "1", "MPLBACKEND": "Agg"}
     result = subprocess.run(
         [sys.executable, str(path)], env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path
     )
