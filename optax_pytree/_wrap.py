@@ -6,6 +6,7 @@ import collections
 import functools
 import importlib
 import inspect
+import operator
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
@@ -535,7 +536,7 @@ class _Wrapped:
         )
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name == "_core":
+        if name.startswith("__") or name in ("_core", "_flat"):
             raise AttributeError(name)
         core = self.__dict__.get("_core")
         if core is not None and name in core.spec.roles:
@@ -644,12 +645,13 @@ def _new(spec: _Spec, leaves: tuple[Any, ...]) -> Any:
     else:
         obj = object.__new__(PyTreeSchedule)
     obj.__dict__["_core"] = core
+    obj.__dict__["_flat"] = (leaves, spec)
     return obj
 
 
-def _flatten(obj: Any) -> tuple[tuple[Any, ...], _Spec]:
-    core = obj._core
-    return core.leaves, core.spec
+# Flattening is on the dispatch path of every jitted call: a C-level getter of
+# a precomputed (children, aux) pair, no Python frame.
+_flatten = operator.attrgetter("_flat")
 
 
 def _flatten_with_keys(obj: Any) -> tuple[tuple[tuple[Any, Any], ...], _Spec]:
