@@ -2,6 +2,10 @@
 
 import importlib.metadata
 
+from ._checkpoint import checkpoint_signature as checkpoint_signature
+from ._checkpoint import restore_checkpoint as restore_checkpoint
+from ._checkpoint import save_checkpoint as save_checkpoint
+from ._stateful import wrap_transformation_as_pytree_with_state as wrap_transformation_as_pytree_with_state
 from ._sweep import grid as grid
 from ._sweep import index as index
 from ._sweep import shard as shard

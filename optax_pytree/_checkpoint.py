@@ -1,0 +1,267 @@
+"""Checkpoints of wrapped optimizers that refuse a template of another configuration.
+
+Orbax saves a pytree's leaves by key path and restores them into the structure
+of a template. The static configuration of a wrapped optimizer (``nesterov``,
+a mask, the factory itself) is aux data, not a leaf, so orbax neither saves nor
+checks it: restoring ``adam(nesterov=False)`` into an ``adam(nesterov=True)``
+template succeeds silently. A *signature* (each wrapped object's static
+configuration and each leaf's shape and dtype, by key path) is saved in the
+checkpoint's metadata and compared with the template's before restoring.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from typing import Any
+
+import jax
+import numpy as np
+
+from . import _leaves
+from ._stateful import PyTreeTransformationWithState
+from ._wrap import STATIC, _public_name, is_wrapped  # pyright: ignore[reportPrivateUsage]
+
+__all__ = ["checkpoint_signature", "restore_checkpoint", "save_checkpoint"]
+
+_METADATA_KEY = "optax_pytree"
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def _is_node(x: Any) -> bool:
+    return is_wrapped(x) or isinstance(x, PyTreeTransformationWithState)
+
+
+def _render(value: Any) -> str:
+    """A static value as text that is the same in every process (no addresses)."""
+    if is_wrapped(value):
+        return _describe_node(value)
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_render(k)}: {_render(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        items = ", ".join(_render(v) for v in value)
+        if hasattr(value, "_fields"):
+            return f"{type(value).__qualname__}({items})"
+        return f"[{items}]" if isinstance(value, list) else f"({items}{',' if len(value) == 1 else ''})"
+    if isinstance(value, functools.partial):
+        args = [_render(a) for a in value.args] + [f"{k}={_render(v)}" for k, v in value.keywords.items()]
+        return f"partial({', '.join([_render(value.func), *args])})"
+    if isinstance(value, (np.ndarray, np.generic, jax.Array)):
+        a = np.asarray(value)
+        return f"array({a.tolist()!r}, dtype={a.dtype.name})"
+    if isinstance(value, np.dtype):
+        return f"dtype({value.name})"
+    if isinstance(value, type) or (callable(value) and hasattr(value, "__qualname__")):
+        return _public_name(value)
+    return _ADDRESS.sub("", repr(value))
+
+
+def _describe_node(x: Any) -> str:
+    if isinstance(x, PyTreeTransformationWithState):
+        return "with_state(initialized)" if x.initialized else "with_state(uninitialized)"
+    spec = x._core.spec  # pyright: ignore[reportPrivateUsage]
+    parts = []
+    for name, role in spec.roles.items():
+        if role == STATIC:
+            parts.append(f"{name}={_render(spec.static[name])}")
+        elif name in spec.templates:  # a container of wrapped values: its static part
+            parts.append(f"{name}={_render(spec.templates[name].template)}")
+    return f"{spec.info.name}({', '.join(parts)})"
+
+
+def _describe_leaf(x: Any) -> str:
+    if hasattr(x, "shape") and hasattr(x, "dtype"):
+        return f"{np.dtype(x.dtype).name}[{','.join(map(str, x.shape))}]"
+    if isinstance(x, (bool, int, float, complex)):  # a Python number: its type, not its value
+        return type(x).__name__
+    return _render(x)
+
+
+def _walk(tree: Any, prefix: str, out: dict[str, str]) -> None:
+    flat, _ = jax.tree_util.tree_flatten_with_path(tree, is_leaf=lambda x: x is not tree and _is_node(x))
+    for path, x in flat:
+        key = prefix + jax.tree_util.keystr(path)
+        if _is_node(x):
+            out[key] = _describe_node(x)
+            _walk(x, key, out)
+        else:
+            out[key] = _describe_leaf(x)
+
+
+def checkpoint_signature(tree: Any, *, expected: dict[str, str] | None = None) -> dict[str, str]:
+    """The static configuration and leaf shapes of a pytree, by key path.
+
+    For every wrapped transformation, schedule or stateful optimizer in
+    ``tree`` (at any depth): its factory and static arguments; for every leaf:
+    its dtype and shape. The result is JSON-compatible, to be saved with a
+    checkpoint (``custom_metadata=``) and compared with a template's before
+    restoring: orbax checks neither aux data nor, by itself, the factory.
+
+    Args:
+        tree: any pytree (a stateful optimizer, a train state holding one, a
+            wrapped transformation); arrays or ``jax.ShapeDtypeStruct`` leaves.
+        expected: a signature read from a checkpoint; if given, the two must
+            be equal.
+
+    Returns:
+        Key path (``jax.tree_util.keystr``) -> description.
+
+    Raises:
+        ValueError: ``expected`` differs; the message lists what differs.
+
+    Examples:
+        >>> import optax, optax_pytree as opx
+        >>> sig = opx.checkpoint_signature(opx.wrap(optax.adam, 1e-3))
+        >>> sig[""], sig[".learning_rate"]
+        ('optax.adam(mu_dtype=None, nesterov=False)', 'float32[]')
+        >>> template = opx.wrap(optax.adam, 1e-3, nesterov=True)
+        >>> opx.checkpoint_signature(template, expected=sig)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: optax_pytree: the static configuration differs from the checkpoint's:
+          (root): saved optax.adam(..., nesterov=False), template optax.adam(..., nesterov=True)
+    """
+    out: dict[str, str] = {}
+    if _is_node(tree):
+        out[""] = _describe_node(tree)
+    _walk(tree, "", out)
+    if expected is not None and dict(expected) != out:
+        raise ValueError(
+            "optax_pytree: the static configuration differs from the checkpoint's:\n"
+            + _differences(dict(expected), out)
+        )
+    return out
+
+
+def _differences(saved: dict[str, str], template: dict[str, str], limit: int = 12) -> str:
+    lines = []
+    for key in [*saved, *(k for k in template if k not in saved)]:
+        a, b = saved.get(key), template.get(key)
+        where = key or "(root)"
+        if a == b:
+            continue
+        if a is None:
+            lines.append(f"  {where}: not in the checkpoint, template {b}")
+        elif b is None:
+            lines.append(f"  {where}: saved {a}, not in the template")
+        else:
+            lines.append(f"  {where}: saved {a}, template {b}")
+    if len(lines) > limit:
+        lines = [*lines[:limit], f"  ... and {len(lines) - limit} more"]
+    return "\n".join(lines)
+
+
+def _directory(directory: str | os.PathLike[str]) -> Any:
+    path = os.fspath(directory)
+    return path if "://" in path else os.path.abspath(path)  # orbax wants absolute paths
+
+
+def _orbax() -> Any:
+    try:
+        import orbax.checkpoint as ocp
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "optax_pytree checkpoints need orbax-checkpoint (pip install orbax-checkpoint)"
+        ) from e
+    return ocp
+
+
+def save_checkpoint(directory: str | os.PathLike[str], tree: Any, *, force: bool = False) -> None:
+    """Saves a pytree holding wrapped optimizers with orbax, with its signature.
+
+    A plain ``orbax.checkpoint.StandardCheckpointer`` save (so orbax can read
+    it back by itself), plus :func:`checkpoint_signature` in the checkpoint's
+    custom metadata, which :func:`restore_checkpoint` checks. Waits until the
+    checkpoint is written.
+
+    Args:
+        directory: where to write (a new directory).
+        tree: the pytree (stateful optimizer, train state, ...).
+        force: overwrite an existing checkpoint.
+
+    Examples:
+        >>> import tempfile, os, jax.numpy as jnp, optax, optax_pytree as opx
+        >>> opt = opx.wrap_transformation_as_pytree_with_state(optax.adam, 1e-3)
+        >>> opt = opt.init({"w": jnp.ones(3)})
+        >>> tmp = tempfile.TemporaryDirectory()
+        >>> path = os.path.join(tmp.name, "opt")
+        >>> opx.save_checkpoint(path, opt)
+        >>> restored = opx.restore_checkpoint(path, opt)
+        >>> float(restored.learning_rate), restored.state[0].mu["w"].shape
+        (0.0010000000474974513, (3,))
+        >>> opx.restore_checkpoint(path, opt.replace(nesterov=True))  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: optax_pytree.restore_checkpoint: the checkpoint ... than the template:
+          .transformation: saved optax.adam(..., nesterov=False), template optax.adam(..., nesterov=True)
+        build the template with the checkpoint's configuration
+        >>> tmp.cleanup()
+    """
+    ocp = _orbax()
+    signature = checkpoint_signature(tree)
+    with ocp.StandardCheckpointer() as checkpointer:
+        checkpointer.save(
+            _directory(directory), tree, force=force, custom_metadata={_METADATA_KEY: signature}
+        )
+        checkpointer.wait_until_finished()
+
+
+def _abstract(x: Any) -> Any:
+    if isinstance(x, jax.ShapeDtypeStruct):
+        return x
+    if isinstance(x, jax.Array):
+        return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding)
+    return x
+
+
+def restore_checkpoint(directory: str | os.PathLike[str], template: Any) -> Any:
+    """Restores what :func:`save_checkpoint` saved, into the structure of ``template``.
+
+    The template gives the static configuration (it is built the same way as
+    the saved object, values aside: ``opt.init(params)`` or its
+    ``jax.eval_shape``), the shardings of the restored arrays (those of its
+    arrays) and the weak types of the hyperparameters (which orbax does not
+    keep; restoring them means a jitted step does not retrace). Its
+    signature must equal the saved one: a different factory, static argument,
+    state structure, shape or dtype is an error, not a silent mix.
+
+    Args:
+        directory: the checkpoint written by :func:`save_checkpoint`.
+        template: a pytree like the saved one (arrays or
+            ``jax.ShapeDtypeStruct`` leaves).
+
+    Returns:
+        The restored pytree: ``template``'s structure, the saved values.
+
+    Raises:
+        ValueError: the static configuration differs, or the checkpoint has no
+            signature (it was not saved by :func:`save_checkpoint`).
+    """
+    ocp = _orbax()
+    path = _directory(directory)
+    with ocp.StandardCheckpointer() as checkpointer:
+        custom = checkpointer.metadata(path).custom_metadata or {}
+        saved = custom.get(_METADATA_KEY)
+        if saved is None:
+            raise ValueError(
+                f"optax_pytree.restore_checkpoint: the checkpoint {path} has no optax_pytree signature "
+                "(it was not written by optax_pytree.save_checkpoint), so its static configuration "
+                "cannot be checked; restore it with orbax directly if you are sure of it"
+            )
+        mine = checkpoint_signature(template)
+        if dict(saved) != mine:
+            raise ValueError(
+                f"optax_pytree.restore_checkpoint: the checkpoint {path} was saved from another static "
+                "configuration than the template:\n"
+                + _differences(dict(saved), mine)
+                + "\nbuild the template with the checkpoint's configuration"
+            )
+        restored = checkpointer.restore(path, jax.tree_util.tree_map(_abstract, template))
+    return jax.tree_util.tree_map(_restore_weak_type, restored, template)
+
+
+def _restore_weak_type(restored: Any, template: Any) -> Any:
+    if getattr(template, "weak_type", False) and isinstance(restored, jax.Array):
+        return _leaves._to_weak_scalar_array(restored)  # pyright: ignore[reportPrivateUsage]
+    return restored
