@@ -22,8 +22,8 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
+from _mlp import init_mlp, mlp, target
 from tqdm import tqdm
 
 import optax_pytree as opx
@@ -40,25 +40,8 @@ def make_data(key: jax.Array) -> tuple[tuple[jax.Array, jax.Array], tuple[jax.Ar
     x_train = jax.random.uniform(k_train, (128, 1), minval=-2.0, maxval=2.0)
     x_val = jax.random.uniform(k_val, (128, 1), minval=-2.0, maxval=2.0)
 
-    def f(x: jax.Array) -> jax.Array:
-        return jnp.sin(3.0 * x) + 0.5 * x
-
-    y_train = f(x_train) + 0.1 * jax.random.normal(k_noise, x_train.shape)
-    return (x_train, y_train), (x_val, f(x_val))
-
-
-def init_mlp(key: jax.Array, sizes: tuple[int, ...] = (1, 32, 32, 1)) -> list[dict[str, jax.Array]]:
-    keys = jax.random.split(key, len(sizes) - 1)
-    return [
-        {"w": jax.random.normal(k, (m, n)) / np.sqrt(m), "b": jnp.zeros(n)}
-        for k, m, n in zip(keys, sizes[:-1], sizes[1:])
-    ]
-
-
-def mlp(params: list[dict[str, jax.Array]], x: jax.Array) -> jax.Array:
-    for layer in params[:-1]:
-        x = jnp.tanh(x @ layer["w"] + layer["b"])
-    return x @ params[-1]["w"] + params[-1]["b"]
+    y_train = target(x_train) + 0.1 * jax.random.normal(k_noise, x_train.shape)
+    return (x_train, y_train), (x_val, target(x_val))
 
 
 def mse(params: Any, data: tuple[jax.Array, jax.Array]) -> jax.Array:

@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import optuna
+from _mlp import init_mlp, mlp, target
 from tqdm import tqdm
 
 import optax_pytree as opx
@@ -41,27 +42,10 @@ def make_data(key: jax.Array) -> tuple[tuple[jax.Array, jax.Array], tuple[jax.Ar
     """Few noisy training points (so weight decay matters) and a clean validation set."""
     k_x, k_noise = jax.random.split(key)
 
-    def f(x: jax.Array) -> jax.Array:
-        return jnp.sin(3.0 * x) + 0.5 * x
-
     x_train = jax.random.uniform(k_x, (48, 1), minval=-2.0, maxval=2.0)
-    y_train = f(x_train) + 0.2 * jax.random.normal(k_noise, x_train.shape)
+    y_train = target(x_train) + 0.2 * jax.random.normal(k_noise, x_train.shape)
     x_val = jnp.linspace(-2.0, 2.0, 200)[:, None]
-    return (x_train, y_train), (x_val, f(x_val))
-
-
-def init_mlp(key: jax.Array, sizes: tuple[int, ...] = (1, 64, 64, 1)) -> list[dict[str, jax.Array]]:
-    keys = jax.random.split(key, len(sizes) - 1)
-    return [
-        {"w": jax.random.normal(k, (m, n)) / np.sqrt(m), "b": jnp.zeros(n)}
-        for k, m, n in zip(keys, sizes[:-1], sizes[1:])
-    ]
-
-
-def mlp(params: list[dict[str, jax.Array]], x: jax.Array) -> jax.Array:
-    for layer in params[:-1]:
-        x = jnp.tanh(x @ layer["w"] + layer["b"])
-    return x @ params[-1]["w"] + params[-1]["b"]
+    return (x_train, y_train), (x_val, target(x_val))
 
 
 def mse(params: Any, data: tuple[jax.Array, jax.Array]) -> jax.Array:
@@ -85,7 +69,7 @@ def train(tx: Any, params: Any, train_data: Any, val_data: Any) -> jax.Array:
 
 def main() -> optuna.Study:
     train_data, val_data = make_data(jax.random.key(0))
-    params = init_mlp(jax.random.key(1))
+    params = init_mlp(jax.random.key(1), (1, 64, 64, 1))
     base = opx.wrap(optax.adamw, learning_rate=1e-3)
     traces = 0
 

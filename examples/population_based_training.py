@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from _mlp import init_mlp, mlp, target
 
 import optax_pytree as opx
 
@@ -40,24 +41,6 @@ ROUNDS = 2 if SMOKE else 25
 STEPS_PER_ROUND = 5 if SMOKE else 40
 BATCH = 32
 OUTPUT = Path(__file__).resolve().parent / "output"
-
-
-def target(x: jax.Array) -> jax.Array:
-    return jnp.sin(3.0 * x) + 0.5 * x
-
-
-def init_mlp(key: jax.Array, sizes: tuple[int, ...] = (1, 32, 32, 1)) -> list[dict[str, jax.Array]]:
-    keys = jax.random.split(key, len(sizes) - 1)
-    return [
-        {"w": jax.random.normal(k, (m, n)) / np.sqrt(m), "b": jnp.zeros(n)}
-        for k, m, n in zip(keys, sizes[:-1], sizes[1:])
-    ]
-
-
-def mlp(params: list[dict[str, jax.Array]], x: jax.Array) -> jax.Array:
-    for layer in params[:-1]:
-        x = jnp.tanh(x @ layer["w"] + layer["b"])
-    return x @ params[-1]["w"] + params[-1]["b"]
 
 
 def mse(params: Any, x: jax.Array, y: jax.Array) -> jax.Array:

@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from _mlp import init_mlp, mlp, target
 from tqdm import tqdm
 
 import optax_pytree as opx
@@ -39,22 +40,8 @@ OUTPUT = Path(__file__).resolve().parent / "output"
 
 def make_data(key: jax.Array) -> tuple[jax.Array, jax.Array]:
     x = jnp.linspace(-2.0, 2.0, 256)[:, None]
-    y = jnp.sin(3.0 * x) + 0.5 * x + 0.05 * jax.random.normal(key, x.shape)
+    y = target(x) + 0.05 * jax.random.normal(key, x.shape)
     return x, y
-
-
-def init_mlp(key: jax.Array, sizes: tuple[int, ...] = (1, 32, 32, 1)) -> list[dict[str, jax.Array]]:
-    keys = jax.random.split(key, len(sizes) - 1)
-    return [
-        {"w": jax.random.normal(k, (m, n)) / np.sqrt(m), "b": jnp.zeros(n)}
-        for k, m, n in zip(keys, sizes[:-1], sizes[1:])
-    ]
-
-
-def mlp(params: list[dict[str, jax.Array]], x: jax.Array) -> jax.Array:
-    for layer in params[:-1]:
-        x = jnp.tanh(x @ layer["w"] + layer["b"])
-    return x @ params[-1]["w"] + params[-1]["b"]
 
 
 def mse(params: Any, x: jax.Array, y: jax.Array) -> jax.Array:
