@@ -8,6 +8,7 @@ mutation: every method returns a new object.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -98,11 +99,24 @@ class PyTreeTransformationWithState:
     object. Hyperparameters are read as attributes (``opt.learning_rate``).
     """
 
-    __slots__ = ("_aux", "_state", "_transformation")
+    # One slot, ``((transformation, state), aux)``: exactly what flattening
+    # returns, so that JAX's flatten on the dispatch path of every jitted call
+    # is a C-level attribute read (``operator.attrgetter``), no Python frame.
+    __slots__ = ("_flat",)
 
-    _aux: _Aux
-    _state: Any
-    _transformation: PyTreeTransformation
+    _flat: tuple[tuple[PyTreeTransformation, Any], _Aux]
+
+    @property
+    def _transformation(self) -> PyTreeTransformation:
+        return self._flat[0][0]
+
+    @property
+    def _state(self) -> Any:
+        return self._flat[0][1]
+
+    @property
+    def _aux(self) -> _Aux:
+        return self._flat[1]
 
     def __init__(self, transformation: PyTreeTransformation, state: Any = None, *, _aux: _Aux | None = None):
         if not (is_wrapped(transformation) and isinstance(transformation, optax.GradientTransformation)):
@@ -110,11 +124,9 @@ class PyTreeTransformationWithState:
                 "PyTreeTransformationWithState: expected a wrapped transformation "
                 f"(optax_pytree.wrap(...)), got {transformation!r}"
             )
-        object.__setattr__(self, "_transformation", transformation)
-        object.__setattr__(self, "_state", state)
         if _aux is None:  # a state given by the user (from raw optax, say): its params are unknown
             _aux = _UNINITIALIZED if state is None else _Aux(True, None)
-        object.__setattr__(self, "_aux", _aux)
+        _set_flat(self, ((transformation, state), _aux))
 
     # -- what it holds -----------------------------------------------------
 
@@ -237,12 +249,9 @@ class PyTreeTransformationWithState:
                 no longer fits the transformation.
         """
         old = self._transformation
-        new = old.replace(**changes)
-        if jax.tree_util.tree_structure(new) != jax.tree_util.tree_structure(old):
-            if self._aux.initialized:
-                self._check_state_fits(new, changes)
-        else:
-            new = jax.tree_util.tree_map(_keep_placement, old, new)
+        new = old.replace(**changes)  # keeps the placement of replaced values
+        if self._aux.initialized and jax.tree_util.tree_structure(new) != jax.tree_util.tree_structure(old):
+            self._check_state_fits(new, changes)
         return PyTreeTransformationWithState(new, self._state, _aux=self._aux)
 
     def _check_state_fits(self, new: PyTreeTransformation, changes: dict[str, Any]) -> None:
@@ -262,7 +271,7 @@ class PyTreeTransformationWithState:
     # -- Python protocol ---------------------------------------------------
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name in PyTreeTransformationWithState.__slots__:
+        if name.startswith("_"):  # private names, also while unpickling: never arguments
             raise AttributeError(name)
         tx = self._transformation
         if name in tx._core.spec.roles:  # pyright: ignore[reportPrivateUsage]
@@ -293,21 +302,6 @@ class PyTreeTransformationWithState:
         else:
             state = repr(jax.tree_util.tree_map(_AvalRepr, self._state))
         return f"with_state({self._transformation!r}, state={state})"
-
-
-def _keep_placement(old: Any, new: Any) -> Any:
-    """``new`` on the devices of ``old``, where ``old`` was placed there on purpose."""
-    if (
-        isinstance(old, jax.Array)
-        and isinstance(new, jax.Array)
-        and not isinstance(old, Tracer)
-        and not isinstance(new, Tracer)
-        and getattr(old, "committed", False)
-        and not getattr(new, "committed", True)
-        and old.shape == new.shape
-    ):
-        return jax.device_put(new, old.sharding)
-    return new
 
 
 def _dtypes(tree: Any) -> list[Any]:
@@ -349,8 +343,9 @@ def _rebuild(
 _KEYS = (jax.tree_util.GetAttrKey("transformation"), jax.tree_util.GetAttrKey("state"))
 
 
-def _flatten(opt: PyTreeTransformationWithState) -> tuple[tuple[Any, Any], _Aux]:
-    return (opt._transformation, opt._state), opt._aux  # pyright: ignore[reportPrivateUsage]
+_flatten = operator.attrgetter("_flat")
+_set_flat = PyTreeTransformationWithState._flat.__set__  # pyright: ignore[reportAttributeAccessIssue]
+_new = object.__new__
 
 
 def _flatten_with_keys(opt: PyTreeTransformationWithState) -> tuple[tuple[tuple[Any, Any], ...], _Aux]:
@@ -359,12 +354,9 @@ def _flatten_with_keys(opt: PyTreeTransformationWithState) -> tuple[tuple[tuple[
 
 
 def _unflatten(aux: _Aux, children: Any) -> PyTreeTransformationWithState:
-    transformation, state = children
-    obj = object.__new__(PyTreeTransformationWithState)
+    obj = _new(PyTreeTransformationWithState)
     # No validation: JAX unflattens with placeholders (shardings, None, object()).
-    object.__setattr__(obj, "_transformation", transformation)
-    object.__setattr__(obj, "_state", state)
-    object.__setattr__(obj, "_aux", aux)
+    _set_flat(obj, (tuple(children), aux))
     return obj
 
 

@@ -515,6 +515,11 @@ class _Wrapped:
     def replace(self, **changes: Any) -> Any:
         """A copy with some arguments changed, validated and classified like ``wrap``.
 
+        A new value for a dynamic argument keeps the placement of the old one
+        where that was chosen (``jax.device_put``): a hyperparameter
+        replicated over a mesh stays replicated, so a sharded ``jit`` taking
+        the optimizer does not retrace.
+
         Example:
             >>> import optax, optax_pytree as opx
             >>> tx = opx.wrap(optax.adam, learning_rate=1e-3)
@@ -528,12 +533,13 @@ class _Wrapped:
                     f"{spec.info.name}: replace() got unknown argument {name!r}; "
                     f"its arguments are {list(spec.names)}"
                 )
-        return _make(
+        new = _make(
             spec.info,
             {**self.hyperparams, **changes},
             spec.forced_static,
             spec.forced_dynamic,
         )
+        return _keep_placement(self, new)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or name in ("_core", "_flat"):
@@ -639,14 +645,23 @@ _CLASSES = {"transformation": PyTreeTransformation, "schedule": PyTreeSchedule}
 
 
 def _new(spec: _Spec, leaves: tuple[Any, ...]) -> Any:
-    core = _Core(spec, leaves)
+    # Also on the dispatch path (every jitted call that returns or rebuilds
+    # a wrapped object): kept to the fewest Python-level steps.
+    core = _new_core(_Core)
+    core.spec = spec
+    core.leaves = leaves
     if spec.kind == "transformation":
-        obj = tuple.__new__(PyTreeTransformation, (core.init, core.update))
+        obj = _new_tuple(PyTreeTransformation, (core.init, core.update))
     else:
-        obj = object.__new__(PyTreeSchedule)
-    obj.__dict__["_core"] = core
-    obj.__dict__["_flat"] = (leaves, spec)
+        obj = _new_object(PyTreeSchedule)
+    d = obj.__dict__
+    d["_core"] = core
+    d["_flat"] = (leaves, spec)
     return obj
+
+
+_new_core = _new_object = object.__new__
+_new_tuple = tuple.__new__
 
 
 # Flattening is on the dispatch path of every jitted call: a C-level getter of
@@ -783,6 +798,31 @@ def _analyse(
     if detected is None:
         return kind, (), True
     return kind, detected, False
+
+
+def _is_committed(x: Any) -> bool:
+    return isinstance(x, jax.Array) and not _leaves.is_tracer(x) and x.committed
+
+
+def _keep_leaf_placement(old: Any, new: Any) -> Any:
+    placed = _is_committed(old) and isinstance(new, jax.Array) and not _is_committed(new)
+    return jax.device_put(new, old.sharding) if placed and old.shape == new.shape else new
+
+
+def _keep_placement(old: Any, new: Any) -> Any:
+    """``new`` with its leaves placed as ``old``'s, where those were placed on purpose.
+
+    A leaf that ``jax.device_put`` placed (a committed array) and a fresh
+    value for it (uncommitted) have different shardings, which ``jit`` keys
+    its cache on; replacing one hyperparameter must not cost a retrace.
+    """
+    old_leaves, treedef = jax.tree_util.tree_flatten(old)
+    if not any(map(_is_committed, old_leaves)):  # the common case: nothing placed
+        return new
+    new_leaves, new_treedef = jax.tree_util.tree_flatten(new)
+    if new_treedef != treedef:  # another static configuration: nothing to match
+        return new
+    return jax.tree_util.tree_unflatten(treedef, list(map(_keep_leaf_placement, old_leaves, new_leaves)))
 
 
 def _make(

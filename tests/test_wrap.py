@@ -312,6 +312,22 @@ def test_object_api() -> None:
     assert_tree_allclose(tx.init(PARAMS), optax.adam(1e-3).init(PARAMS))
 
 
+def test_replace_keeps_the_placement_of_placed_leaves() -> None:
+    # A hyperparameter placed with device_put is committed; a fresh value
+    # would not be, and jit keys its cache on that: replace keeps it placed.
+    device = jax.devices()[0]
+    tx = jax.device_put(opx.wrap(optax.chain, opx.wrap(optax.adam, 0.1), opx.wrap(optax.sgd, 0.1)), device)
+    new = tx.replace(args=(tx.args[0].replace(learning_rate=0.2), tx.args[1]))
+    assert all(x.committed for x in jax.tree_util.tree_leaves(new))
+    assert float(new.args[0].learning_rate) == pytest.approx(0.2)
+    step, traces = counting_jit(train)
+    for lr in (0.1, 0.2, 0.3):
+        step(tx.replace(args=(opx.wrap(optax.adam, lr), tx.args[1])), PARAMS)
+    assert traces == [1]
+    # Unplaced objects stay unplaced (no device_put on the common path).
+    assert not any(x.committed for x in jax.tree_util.tree_leaves(opx.wrap(optax.adam, 0.1).replace(b1=0.5)))
+
+
 def test_pickle_round_trip() -> None:
     tx = opx.wrap(
         optax.chain,
