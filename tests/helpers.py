@@ -103,6 +103,31 @@ def run_steps(
     return carry
 
 
+def counting_jit(fn: Any) -> tuple[Any, list[int]]:
+    """``jax.jit(fn)`` and a one-element list counting its traces."""
+    traces = [0]
+
+    def counted(*args: Any) -> Any:
+        traces[0] += 1
+        return fn(*args)
+
+    return jax.jit(counted), traces
+
+
+def raw_adam(learning_rates: Any, params: Any = PARAMS, loss_fn: Any = loss) -> Any:
+    """The parameters after one raw ``optax.adam`` step at each learning rate in turn.
+
+    Adam's state does not depend on the learning rate, so each step can use a
+    new ``optax.adam(lr)``: the reference for a wrapped optimizer whose
+    learning rate is replaced between steps.
+    """
+    state = optax.adam(0.1).init(params)
+    for lr in learning_rates:
+        updates, state = optax.adam(lr).update(jax.grad(loss_fn)(params), state, params)
+        params = optax.apply_updates(params, updates)
+    return params
+
+
 def raw(factory: Any, *args: Any, **kwargs: Any) -> Any:
     return factory(*args, **kwargs)
 

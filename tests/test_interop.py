@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import optax
 import pytest
-from helpers import PARAMS, assert_tree_allclose, loss
+from helpers import PARAMS, assert_tree_allclose, loss, raw_adam
 
 import optax_pytree as opx
 
@@ -129,13 +129,7 @@ def _nnx_reference() -> Any:
     def f(params: Any) -> Any:
         return _nnx_loss(nnx.merge(graphdef, params, rest), X, Y)
 
-    state = optax.adam(LRS[0]).init(params)
-    for lr in LRS:
-        for _ in range(2):
-            # adam's state does not depend on the learning rate.
-            updates, state = optax.adam(lr).update(jax.grad(f)(params), state, params)
-            params = optax.apply_updates(params, updates)
-    return params
+    return raw_adam([lr for lr in LRS for _ in range(2)], params, f)
 
 
 def _nnx_params(model: Any) -> Any:
