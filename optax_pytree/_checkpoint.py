@@ -72,7 +72,7 @@ def _describe_node(x: Any) -> str:
 
 def _describe_leaf(x: Any) -> str:
     if hasattr(x, "shape") and hasattr(x, "dtype"):
-        return f"{np.dtype(x.dtype).name}[{','.join(map(str, x.shape))}]"
+        return _leaves.aval_text(x.shape, x.dtype)
     if isinstance(x, (bool, int, float, complex)):  # a Python number: its type, not its value
         return type(x).__name__
     return _render(x)

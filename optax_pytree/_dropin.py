@@ -61,10 +61,6 @@ def dropin(obj: Any, name: str) -> Any:
     return _DROPINS.setdefault(id(obj), (obj, decorated))[1]
 
 
-def _public_names(source: types.ModuleType) -> list[str]:
-    return _catalog.public_names(source)
-
-
 def _lookup(source: types.ModuleType, name: str) -> tuple[Any, list[warnings.WarningMessage]]:
     """``getattr(source, name)`` and the deprecation warnings it raised."""
     with warnings.catch_warnings(record=True) as caught:
@@ -84,7 +80,7 @@ def fill(namespace: dict[str, Any], source: types.ModuleType) -> None:
         namespace: the ``globals()`` of a drop-in module.
         source: the optax module it mirrors.
     """
-    for name in _public_names(source):
+    for name in _catalog.public_names(source):
         if name in namespace:
             continue
         try:

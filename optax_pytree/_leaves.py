@@ -98,6 +98,11 @@ def is_tracer(x: Any) -> bool:
     return isinstance(x, Tracer)
 
 
+def aval_text(shape: tuple[int, ...], dtype: Any) -> str:
+    """``float32[4,3]``: a leaf's dtype and shape as reprs and messages show them."""
+    return f"{np.dtype(dtype).name}[{','.join(map(str, shape))}]"
+
+
 def aval_key(x: Any) -> Any:
     """Hashable description of a leaf's abstract value (shape, dtype, weak type)."""
     if isinstance(x, _PY_NUMBERS):

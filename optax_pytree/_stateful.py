@@ -16,9 +16,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from jax.core import Tracer
 
-from ._wrap import PyTreeTransformation, is_wrapped, wrap_transformation_as_pytree
+from . import _leaves
+from ._wrap import (
+    PyTreeTransformation,
+    argument_names,
+    is_wrapped,
+    name_of,
+    wrap_transformation_as_pytree,
+)
 
 
 class _ParamsSpec:
@@ -61,7 +67,7 @@ class _ParamsSpec:
         )
 
     def __repr__(self) -> str:
-        shapes = ", ".join(f"{d.name}[{','.join(map(str, s))}]" for s, d in self.avals)
+        shapes = ", ".join(_leaves.aval_text(s, d) for s, d in self.avals)
         return f"params({shapes})"
 
 
@@ -119,7 +125,7 @@ class PyTreeTransformationWithState:
         return self._flat[1]
 
     def __init__(self, transformation: PyTreeTransformation, state: Any = None, *, _aux: _Aux | None = None):
-        if not (is_wrapped(transformation) and isinstance(transformation, optax.GradientTransformation)):
+        if not isinstance(transformation, PyTreeTransformation):
             raise TypeError(
                 "PyTreeTransformationWithState: expected a wrapped transformation "
                 f"(optax_pytree.wrap(...)), got {transformation!r}"
@@ -157,7 +163,7 @@ class PyTreeTransformationWithState:
         return self._transformation.hyperparams
 
     def _name(self) -> str:
-        return self._transformation._core.spec.info.name  # pyright: ignore[reportPrivateUsage]
+        return name_of(self._transformation)
 
     def _require_state(self, what: str) -> None:
         if not self._aux.initialized:
@@ -274,14 +280,14 @@ class PyTreeTransformationWithState:
         if name.startswith("_"):  # private names, also while unpickling: never arguments
             raise AttributeError(name)
         tx = self._transformation
-        if name in tx._core.spec.roles:  # pyright: ignore[reportPrivateUsage]
+        if name in argument_names(tx):
             return getattr(tx, name)
         raise AttributeError(
             f"PyTreeTransformationWithState of {self._name()} has no attribute or argument {name!r}"
         )
 
     def __dir__(self) -> list[str]:
-        return [*super().__dir__(), *self._transformation._core.spec.names]  # pyright: ignore[reportPrivateUsage]
+        return [*super().__dir__(), *argument_names(self._transformation)]
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(
@@ -318,10 +324,10 @@ class _AvalRepr:
     __slots__ = ("text",)
 
     def __init__(self, x: Any, values: bool = True):
-        if isinstance(x, Tracer):
+        if _leaves.is_tracer(x):
             self.text = f"<{x.aval.str_short()}>"
         elif isinstance(x, (jax.Array, np.ndarray, np.generic, jax.ShapeDtypeStruct)):
-            aval = f"{x.dtype.name}[{','.join(map(str, x.shape))}]"
+            aval = _leaves.aval_text(x.shape, x.dtype)
             if values and x.size == 1 and not (isinstance(x, jax.Array) and x.is_deleted()):
                 self.text = f"{aval}({np.asarray(x).reshape(())[()]!s})"
             else:
@@ -436,9 +442,8 @@ def wrap_transformation_as_pytree_with_state(
     else:
         tx = wrap_transformation_as_pytree(factory, *args, **kwargs)
     if not isinstance(tx, PyTreeTransformation):
-        name = tx._core.spec.info.name  # pyright: ignore[reportPrivateUsage]
         raise TypeError(
-            f"wrap_transformation_as_pytree_with_state: {name} gives a schedule, "
+            f"wrap_transformation_as_pytree_with_state: {name_of(tx)} gives a schedule, "
             "not a transformation; a schedule has no optimizer state (use wrap)"
         )
     return PyTreeTransformationWithState(tx)

@@ -13,7 +13,8 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax.core import Tracer
+
+from . import _leaves
 
 
 class _ByIdentity:
@@ -38,7 +39,7 @@ def _array_key(x: Any) -> tuple[Any, ...]:
 
 def _freeze_leaf(x: Any) -> Any:
     if isinstance(x, (np.ndarray, jax.Array)):
-        if isinstance(x, Tracer):
+        if _leaves.is_tracer(x):
             return _ByIdentity(x)
         return _array_key(x)
     try:

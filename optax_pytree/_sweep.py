@@ -74,10 +74,6 @@ def _keystr(tokens: Sequence[tuple[str, Any]]) -> str:
     return "".join(f".{v}" if kind == "name" else f"[{v!r}]" for kind, v in tokens)
 
 
-def _name(w: Any) -> str:
-    return w._core.spec.info.name
-
-
 def _set(obj: Any, tokens: Sequence[tuple[str, Any]], value: Any, path: str) -> Any:
     """``obj`` with the value at ``tokens`` replaced; wrapped objects via ``replace``."""
     if not tokens:
@@ -87,13 +83,13 @@ def _set(obj: Any, tokens: Sequence[tuple[str, Any]], value: Any, path: str) -> 
         hyperparams = obj.hyperparams
         if kind != "name" or key not in hyperparams:
             raise ValueError(
-                f"optax_pytree.grid: path {path!r}: {_name(obj)} has no argument {key!r}; "
+                f"optax_pytree.grid: path {path!r}: {_wrap.name_of(obj)} has no argument {key!r}; "
                 f"its arguments are {list(hyperparams)}"
             )
         if key in obj.static_argnames:
             why = " (found by automatic detection)" if key in obj.detected_static_argnames else ""
             raise ValueError(
-                f"optax_pytree.grid: path {path!r}: argument {key!r} of {_name(obj)} is static{why}, "
+                f"optax_pytree.grid: path {path!r}: argument {key!r} of {_wrap.name_of(obj)} is static{why}, "
                 f"so its value is part of the compiled program and cannot vary across a batch; "
                 "sweep it with a Python loop (one compilation per value)"
             )
@@ -112,7 +108,7 @@ def _set(obj: Any, tokens: Sequence[tuple[str, Any]], value: Any, path: str) -> 
 def _short(x: Any) -> str:
     """A short description of a value for error messages."""
     if _wrap.is_wrapped(x):
-        return f"wrap({_name(x)}, ...)"
+        return f"wrap({_wrap.name_of(x)}, ...)"
     if isinstance(x, (jax.Array, np.ndarray)):
         return f"a dynamic {x.dtype.name}{list(x.shape)}"
     if isinstance(x, (list, tuple, dict)):
@@ -134,21 +130,21 @@ def _difference(a: Any, b: Any, path: str = "") -> str | None:
     where = path.lstrip(".") or "the object"
     if _wrap.is_wrapped(a) and _wrap.is_wrapped(b):
         if a.factory is not b.factory:
-            return f"{where} is {_name(a)} in one and {_name(b)} in the other"
+            return f"{where} is {_wrap.name_of(a)} in one and {_wrap.name_of(b)} in the other"
         ha, hb = a.hyperparams, b.hyperparams
         sa, sb = set(a.static_argnames), set(b.static_argnames)
         for name in [*ha, *(n for n in hb if n not in ha)]:
             p = f"{path}.{name}".lstrip(".")
             if name not in ha or name not in hb:
-                return f"argument {p!r} of {_name(a)} is given in one and not in the other"
+                return f"argument {p!r} of {_wrap.name_of(a)} is given in one and not in the other"
             if (name in sa) != (name in sb):
                 return (
-                    f"argument {p!r} of {_name(a)} is static in one ({ha[name]!r}) "
+                    f"argument {p!r} of {_wrap.name_of(a)} is static in one ({ha[name]!r}) "
                     f"and dynamic in the other ({hb[name]!r})"
                 )
             if name in sa:
                 if _static.freeze(ha[name]) != _static.freeze(hb[name]):
-                    return f"static argument {p!r} of {_name(a)}: {ha[name]!r} vs {hb[name]!r}"
+                    return f"static argument {p!r} of {_wrap.name_of(a)}: {ha[name]!r} vs {hb[name]!r}"
             elif (found := _difference(ha[name], hb[name], f"{path}.{name}")) is not None:
                 return found
         return None

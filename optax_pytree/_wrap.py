@@ -181,6 +181,16 @@ def is_wrapped(x: Any) -> bool:
     return isinstance(x, _Wrapped)
 
 
+def name_of(w: Any) -> str:
+    """The public name of a wrapped object's factory (``optax.adam``), for messages."""
+    return w._core.spec.info.name
+
+
+def argument_names(w: Any) -> tuple[str, ...]:
+    """The names of a wrapped object's arguments, in signature order."""
+    return w._core.spec.names
+
+
 class _Slot:
     """Where a wrapped value sits in a container's template."""
 
@@ -413,15 +423,12 @@ class _Core:
             raise
 
     def build(self) -> Any:
+        """The plain optax transformation (``MultiSteps`` unwrapped) or schedule."""
         built = self.build_raw()
-        if self.spec.kind == "transformation":
-            to_tx = getattr(built, "gradient_transformation", None)
-            if not isinstance(built, optax.GradientTransformation) and callable(to_tx):
-                built = to_tx()  # optax.MultiSteps
-        return built
+        return _detect.as_transformation(built) if self.spec.kind == "transformation" else built
 
     def init(self, params: Any) -> Any:
-        tx = _detect.as_transformation(self.build())
+        tx = self.build()
         try:
             return tx.init(params)
         except Exception as e:
@@ -429,7 +436,7 @@ class _Core:
             raise
 
     def update(self, updates: Any, state: Any, params: Any = None, **extra_args: Any) -> tuple[Any, Any]:
-        tx = _detect.as_transformation(self.build())
+        tx = self.build()
         try:
             return tx.update(updates, state, params, **extra_args)
         except Exception as e:
@@ -602,7 +609,7 @@ def _describe_leaf(x: Any) -> str:
     if _leaves.is_tracer(x):
         return f"<dynamic {x.aval.str_short()}>"
     if isinstance(x, (jax.Array, np.ndarray)):
-        aval = f"{x.dtype.name}[{','.join(map(str, x.shape))}]"
+        aval = _leaves.aval_text(x.shape, x.dtype)
         if x.size == 1:
             return f"{np.asarray(x).reshape(())[()]!s} <dynamic {aval}>"
         return f"<dynamic {aval}>"

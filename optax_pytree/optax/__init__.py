@@ -20,11 +20,11 @@ lists optax's names.
 Differences from optax:
 
 - ``MultiSteps`` is a function here, not a class: ``MultiSteps(opt, k)``
-  returns the wrapped transformation itself, which has no
-  ``gradient_transformation()``, ``has_updated()`` or ``inner_opt``, and
-  ``isinstance(x, optax.MultiSteps)`` raises ``TypeError``. Test
-  ``x.factory is MultiSteps`` with plain optax's class instead (``x.build()``
-  is the plain transformation).
+  returns a wrapped transformation (its ``gradient_transformation()`` is
+  itself; ``has_updated(state)`` and ``inner_opt`` are forwarded to the
+  ``optax.MultiSteps`` it builds), and ``isinstance(x, optax.MultiSteps)``
+  raises ``TypeError``. Test ``x.factory is MultiSteps`` with plain optax's
+  class instead (``x.build()`` is the plain transformation).
 - Arguments cannot be forced static or dynamic through the drop-in
   signatures; use ``optax_pytree.wrap(optax.adam, ..., static_argnames=...)``.
 - Submodules other than ``contrib`` and ``schedules`` (``optax.transforms``,
