@@ -857,7 +857,9 @@ def _make(
                 )
             role = DYNAMIC
             forced.append(name)
-            key_parts.append((name, role, _leaves.aval_key(value)))
+            # Not the key of an undecided numeric argument: forcing it dynamic
+            # turns its detection off, so the two detect different statics.
+            key_parts.append((name, "forced dynamic", _leaves.aval_key(value)))
         elif is_wrapped(value):
             role = CHILD
             key_parts.append((name, role, jax.tree_util.tree_structure(value)))

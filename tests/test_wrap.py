@@ -418,6 +418,9 @@ def test_dynamic_argnames_turns_detection_off_and_trace_time_error_names_it() ->
         TypeError, match=r"optax\.lbfgs: argument 'memory_size'.*static_argnames=\('memory_size',\)"
     ):
         jax.jit(lambda tx, p: tx.init(p))(tx, PARAMS)
+    # Forcing it dynamic once does not leak into the cached detection of the
+    # same configuration without the option.
+    assert opx.wrap(optax.lbfgs).detected_static_argnames == ("memory_size",)
 
 
 def needs_a_structure(n: int) -> optax.GradientTransformation:
