@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
 from typing import Any
 
 import jax
@@ -11,24 +15,6 @@ import optax
 
 import optax_pytree as opx
 from optax_pytree import _catalog
-
-
-def tree_allclose(a: Any, b: Any, rtol: float = 1e-5, atol: float = 1e-6) -> bool:
-    """Same structure, and leaves equal to float32 round-off (exactly for ints)."""
-    if jax.tree_util.tree_structure(a) != jax.tree_util.tree_structure(b):
-        return False
-    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
-        if jnp.issubdtype(jnp.asarray(x).dtype, jax.dtypes.prng_key):
-            x, y = jax.random.key_data(x), jax.random.key_data(y)
-        x, y = np.asarray(x), np.asarray(y)
-        if x.shape != y.shape:
-            return False
-        if np.issubdtype(x.dtype, np.inexact):
-            if not np.allclose(x, y, rtol=rtol, atol=atol, equal_nan=True):
-                return False
-        elif not np.array_equal(x, y):
-            return False
-    return True
 
 
 def assert_tree_allclose(a: Any, b: Any, rtol: float = 1e-5, atol: float = 1e-6) -> None:
@@ -103,15 +89,48 @@ def run_steps(
     return carry
 
 
-def counting_jit(fn: Any) -> tuple[Any, list[int]]:
-    """``jax.jit(fn)`` and a one-element list counting its traces."""
+def counting_jit(fn: Any, jit: Any = jax.jit) -> tuple[Any, list[int]]:
+    """``jit(fn)`` and a one-element list counting its traces.
+
+    ``jit`` is any jit-like transformation: ``jax.jit``, ``eqx.filter_jit``,
+    ``nnx.jit`` (which sees the modules passed through ``*args``).
+    """
     traces = [0]
 
     def counted(*args: Any) -> Any:
         traces[0] += 1
         return fn(*args)
 
-    return jax.jit(counted), traces
+    return jit(counted), traces
+
+
+def apply_gradients(opt: Any, params: Any) -> Any:
+    """One step of a stateful wrapped optimizer on :func:`loss`."""
+    return opt.apply_gradients(jax.grad(loss)(params), params)
+
+
+_TESTS = os.path.dirname(os.path.abspath(__file__))
+
+
+def run_with_8_host_devices(script: str) -> str:
+    """Runs ``script`` in a fresh Python with 8 CPU devices; returns its stdout.
+
+    JAX reads ``XLA_FLAGS`` at import, so eight host devices need a new
+    process. The tests' folder is on its path (``from helpers import ...``).
+    """
+    env = {
+        **os.environ,
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
+        "JAX_PLATFORMS": "cpu",
+        "PYTHONPATH": os.pathsep.join(
+            [os.path.dirname(os.path.abspath(__file__)), os.environ.get("PYTHONPATH", "")]
+        ),
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stdout + result.stderr[-4000:]
+    return result.stdout
 
 
 def raw_adam(learning_rates: Any, params: Any = PARAMS, loss_fn: Any = loss) -> Any:
@@ -126,6 +145,10 @@ def raw_adam(learning_rates: Any, params: Any = PARAMS, loss_fn: Any = loss) -> 
         updates, state = optax.adam(lr).update(jax.grad(loss_fn)(params), state, params)
         params = optax.apply_updates(params, updates)
     return params
+
+
+# The steps at which schedules are compared with optax's.
+SCHEDULE_STEPS = jnp.array([0, 1, 3, 7, 20, 150])
 
 
 def raw(factory: Any, *args: Any, **kwargs: Any) -> Any:

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from helpers import PARAMS, loss
+from helpers import PARAMS, apply_gradients, counting_jit
 
 import optax_pytree as opx
 
@@ -20,14 +20,8 @@ with_state = opx.wrap_transformation_as_pytree_with_state
 
 
 def _make_step() -> tuple[Any, list[int]]:
-    traces = [0]
-
-    @jax.jit
-    def step(opt: Any, params: Any) -> Any:
-        traces[0] += 1
-        return opt.apply_gradients(jax.grad(loss)(params), params)
-
-    return step, traces
+    """A jitted training step of a stateful optimizer, and its trace counter."""
+    return counting_jit(apply_gradients)
 
 
 def _train(step: Any, opt: Any, params: Any, n: int) -> tuple[Any, Any]:

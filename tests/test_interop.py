@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
 from typing import Any
 
 import equinox as eqx
@@ -13,7 +9,16 @@ import jax
 import jax.numpy as jnp
 import optax
 import pytest
-from helpers import PARAMS, assert_tree_allclose, loss, raw_adam
+from helpers import (
+    PARAMS,
+    apply_gradients,
+    assert_tree_allclose,
+    counting_jit,
+    loss,
+    raw_adam,
+    run_steps,
+    run_with_8_host_devices,
+)
 
 import optax_pytree as opx
 
@@ -21,17 +26,8 @@ with_state = opx.wrap_transformation_as_pytree_with_state
 
 
 def _run(tx: Any, params: Any = PARAMS, steps: int = 4) -> tuple[Any, Any]:
-    """``steps`` steps of any optax transformation under jit (closed over)."""
-
-    @jax.jit
-    def train(params: Any) -> Any:
-        state = tx.init(params)
-        for _ in range(steps):
-            updates, state = tx.update(jax.grad(loss)(params), state, params)
-            params = optax.apply_updates(params, updates)
-        return params, state
-
-    return train(params)
+    """``(params, state)`` after ``steps`` steps of any optax transformation under jit (closed over)."""
+    return jax.jit(lambda p: run_steps(tx, p, steps, extra="", scan=False)[:2])(params)
 
 
 # --------------------------------------------------------------------------
@@ -63,9 +59,9 @@ def test_optax_multi_steps_takes_a_wrapped_transformation() -> None:
     assert_tree_allclose(got, expected, rtol=1e-4, atol=1e-5)
     # And wrapped itself, with its state in the stateful optimizer.
     opt = with_state(optax.MultiSteps, opx.wrap(optax.adam, 0.05), every_k_schedule=2).init(PARAMS)
-    params = PARAMS
+    params, step = PARAMS, jax.jit(apply_gradients)
     for _ in range(4):
-        params, opt = jax.jit(lambda o, p: o.apply_gradients(jax.grad(loss)(p), p))(opt, params)
+        params, opt = step(opt, params)
     assert_tree_allclose(params, expected[0], rtol=1e-4, atol=1e-5)
     assert int(opt.state.gradient_step) == 2
 
@@ -90,13 +86,7 @@ def test_optax_inject_hyperparams_takes_wrapped_objects() -> None:
 def test_optax_apply_updates_and_apply_if_finite() -> None:
     tx = opx.wrap(optax.adam, 0.05)
     updates, _ = tx.update(jax.grad(loss)(PARAMS), tx.init(PARAMS), PARAMS)
-    assert_tree_allclose(
-        optax.apply_updates(PARAMS, updates),
-        optax.apply_updates(
-            PARAMS, optax.adam(0.05).update(jax.grad(loss)(PARAMS), optax.adam(0.05).init(PARAMS))[0]
-        ),
-        rtol=1e-5,
-    )
+    assert_tree_allclose(optax.apply_updates(PARAMS, updates), raw_adam([0.05]), rtol=1e-5)
     got = _run(optax.apply_if_finite(opx.wrap(optax.adam, 0.05), 3))
     expected = _run(optax.apply_if_finite(optax.adam(0.05), 3))
     assert_tree_allclose(got, expected, rtol=1e-4, atol=1e-5)
@@ -139,22 +129,20 @@ def _nnx_params(model: Any) -> Any:
 def test_nnx_stateful_optimizer_as_an_argument_of_nnx_jit() -> None:
     model = _nnx_model()
     opt = with_state(optax.adam, learning_rate=LRS[0]).init(_nnx_params(model))
-    traces = 0
 
-    @nnx.jit
     def train_step(model: Any, opt: Any, x: Any, y: Any) -> Any:
-        nonlocal traces
-        traces += 1
         loss, grads = nnx.value_and_grad(_nnx_loss)(model, x, y)
         params, opt = opt.apply_gradients(nnx.as_pure(grads), _nnx_params(model))
         nnx.update(model, params)
         return loss, opt
 
+    train_step, traces = counting_jit(train_step, jit=nnx.jit)
+
     for lr in LRS:
         opt = opt.replace(learning_rate=lr)
         for _ in range(2):
             _, opt = train_step(model, opt, X, Y)
-    assert traces == 1
+    assert traces == [1]
     assert int(opt.state[0].count) == 6
     assert_tree_allclose(_nnx_params(model), _nnx_reference(), rtol=1e-4, atol=1e-5)
 
@@ -167,22 +155,20 @@ def test_nnx_stateful_optimizer_held_as_nnx_data() -> None:
             self.opt = nnx.data(opt.init(_nnx_params(model)))
 
     trainer = Trainer(_nnx_model(), with_state(optax.adam, learning_rate=LRS[0]))
-    traces = 0
 
-    @nnx.jit
     def train_step(trainer: Any, x: Any, y: Any) -> Any:
-        nonlocal traces
-        traces += 1
         loss, grads = nnx.value_and_grad(_nnx_loss)(trainer.model, x, y)
         params, trainer.opt = trainer.opt.apply_gradients(nnx.as_pure(grads), _nnx_params(trainer.model))
         nnx.update(trainer.model, params)
         return loss
 
+    train_step, traces = counting_jit(train_step, jit=nnx.jit)
+
     for lr in LRS:
         trainer.opt = trainer.opt.replace(learning_rate=lr)
         for _ in range(2):
             train_step(trainer, X, Y)
-    assert traces == 1
+    assert traces == [1]
     assert int(trainer.opt.state[0].count) == 6
     assert float(trainer.opt.learning_rate) == pytest.approx(LRS[-1])
     assert_tree_allclose(_nnx_params(trainer.model), _nnx_reference(), rtol=1e-4, atol=1e-5)
@@ -193,21 +179,19 @@ def test_nnx_optimizer_with_its_tx_made_nnx_data() -> None:
     tx = opx.wrap(optax.adam, learning_rate=LRS[0])
     optimizer = nnx.Optimizer(model, tx.build(), wrt=nnx.Param)  # the same state as tx's
     optimizer.tx = nnx.data(tx)  # the hyperparameters become nnx data: dynamic under nnx.jit
-    traces = 0
 
-    @nnx.jit
     def train_step(model: Any, optimizer: Any, x: Any, y: Any) -> Any:
-        nonlocal traces
-        traces += 1
         loss, grads = nnx.value_and_grad(_nnx_loss)(model, x, y)
         optimizer.update(model, grads)
         return loss
+
+    train_step, traces = counting_jit(train_step, jit=nnx.jit)
 
     for lr in LRS:
         optimizer.tx = optimizer.tx.replace(learning_rate=lr)
         for _ in range(2):
             train_step(model, optimizer, X, Y)
-    assert traces == 1
+    assert traces == [1]
     assert int(optimizer.step[...]) == 6
     assert_tree_allclose(_nnx_params(model), _nnx_reference(), rtol=1e-4, atol=1e-5)
 
@@ -240,65 +224,51 @@ def test_equinox_module_holding_a_stateful_optimizer() -> None:
     model = eqx.nn.MLP(3, 2, width_size=8, depth=1, key=jax.random.key(0))
     params = eqx.filter(model, eqx.is_inexact_array)
     ts = _EqxTrainState(model, with_state(optax.adam, learning_rate=LRS[0]).init(params))
-    traces = 0
 
-    @eqx.filter_jit
     def train_step(ts: _EqxTrainState, x: Any, y: Any) -> Any:
-        nonlocal traces
-        traces += 1
         grads = eqx.filter_grad(_eqx_loss)(ts.model, x, y)
         updates, opt = ts.opt.update(grads, eqx.filter(ts.model, eqx.is_inexact_array))
         return _EqxTrainState(eqx.apply_updates(ts.model, updates), opt)
+
+    train_step, traces = counting_jit(train_step, jit=eqx.filter_jit)
 
     for lr in LRS:
         ts = eqx.tree_at(lambda t: t.opt, ts, ts.opt.replace(learning_rate=lr))
         for _ in range(2):
             ts = train_step(ts, X, Y)
-    assert traces == 1
+    assert traces == [1]
 
     # The same with raw optax.
-    tx_state = optax.adam(LRS[0]).init(params)
-    for lr in LRS:
-        for _ in range(2):
-            grads = eqx.filter_grad(_eqx_loss)(model, X, Y)
-            updates, tx_state = optax.adam(lr).update(
-                grads, tx_state, eqx.filter(model, eqx.is_inexact_array)
-            )
-            model = eqx.apply_updates(model, updates)
-    assert_tree_allclose(
-        eqx.filter(ts.model, eqx.is_inexact_array),
-        eqx.filter(model, eqx.is_inexact_array),
-        rtol=1e-4,
-        atol=1e-5,
+    static = eqx.filter(model, eqx.is_inexact_array, inverse=True)
+    expected = raw_adam(
+        [lr for lr in LRS for _ in range(2)], params, lambda p: _eqx_loss(eqx.combine(p, static), X, Y)
     )
+    assert_tree_allclose(eqx.filter(ts.model, eqx.is_inexact_array), expected, rtol=1e-4, atol=1e-5)
 
 
 def test_equinox_module_holding_a_wrapped_transformation() -> None:
     class Trainer(eqx.Module):
         tx: Any
 
-    traces = 0
-
-    @eqx.filter_jit
     def run(trainer: Trainer, params: Any) -> Any:
-        nonlocal traces
-        traces += 1
         updates, _ = trainer.tx.update(jax.grad(loss)(params), trainer.tx.init(params), params)
         return optax.apply_updates(params, updates)
 
+    run, traces = counting_jit(run, jit=eqx.filter_jit)
+
     for lr in LRS:
         run(Trainer(opx.wrap(optax.adam, lr)), PARAMS)
-    assert traces == 1
+    assert traces == [1]
 
 
 # --------------------------------------------------------------------------
 # Sharding: 8 host devices need the XLA flag at JAX's import, hence a subprocess.
 
-_SHARDED = textwrap.dedent(
-    """
+_SHARDED = """
     import jax, jax.numpy as jnp, numpy as np, optax
     from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
     import optax_pytree as opx
+    from helpers import counting_jit, raw_adam
 
     assert jax.device_count() == 8
     PARAMS = {"b": jnp.ones(4), "w": jnp.arange(64.0).reshape(16, 4) / 64}
@@ -307,7 +277,7 @@ _SHARDED = textwrap.dedent(
     def step(o, p):
         return o.apply_gradients(jax.grad(loss)(p), p)
 
-    def check(opt, params, mesh):
+    def check(opt, params):
         for x in jax.tree_util.tree_leaves(opt.transformation):
             assert x.sharding.is_fully_replicated and len(x.sharding.device_set) == 8, x.sharding
         for moment in (opt.state[0].mu, opt.state[0].nu):
@@ -316,10 +286,7 @@ _SHARDED = textwrap.dedent(
         assert not params["w"].sharding.is_fully_replicated
 
     # Expected values: raw optax on one device.
-    expected, state = PARAMS, optax.adam(0.05).init(PARAMS)
-    for lr in (0.05, 0.05, 0.01, 0.01):
-        updates, state = optax.adam(lr).update(jax.grad(loss)(expected), state, expected)
-        expected = optax.apply_updates(expected, updates)
+    expected = raw_adam([0.05, 0.05, 0.01, 0.01], PARAMS, loss)
 
     # Auto axes: device_put replicates the hyperparameters (all the leaves
     # there are before init), init follows the parameters' shardings.
@@ -328,31 +295,24 @@ _SHARDED = textwrap.dedent(
     params = jax.device_put(PARAMS, shardings)
     opt = opx.wrap_transformation_as_pytree_with_state(optax.adam, 0.05)
     opt = jax.device_put(opt, NamedSharding(mesh, P())).init(params)
-    check(opt, params, mesh)
-    traces = 0
-    def counted(o, p):
-        global traces
-        traces += 1
-        return step(o, p)
-    jitted = jax.jit(counted)
+    check(opt, params)
+    jitted, traces = counting_jit(step)
     for lr in (0.05, 0.05, 0.01, 0.01):
         opt = opt.replace(learning_rate=lr)  # keeps the replicated placement
         params, opt = jitted(opt, params)
-        check(opt, params, mesh)
+        check(opt, params)
     np.testing.assert_allclose(params["w"], expected["w"], rtol=1e-4, atol=1e-5)
     # Raw optax in the same loop traces as often (the fresh `count` scalar is
     # uncommitted until the first step returns it replicated).
-    raw_traces = 0
     def raw_step(s, p):
-        global raw_traces
-        raw_traces += 1
         updates, s = optax.adam(0.05).update(jax.grad(loss)(p), s, p)
         return optax.apply_updates(p, updates), s
-    raw_jitted, p, s = jax.jit(raw_step), jax.device_put(PARAMS, shardings), None
+    raw_jitted, raw_traces = counting_jit(raw_step)
+    p = jax.device_put(PARAMS, shardings)
     s = optax.adam(0.05).init(p)
     for _ in range(4):
-        s, p = raw_jitted(s, p)[::-1]
-    assert traces == raw_traces == 2, (traces, raw_traces)
+        p, s = raw_jitted(s, p)
+    assert traces == raw_traces == [2], (traces, raw_traces)
 
     # Explicit axes: init under jit in the mesh context; one trace throughout.
     mesh = jax.make_mesh((8,), ("x",), axis_types=(AxisType.Explicit,))
@@ -360,23 +320,17 @@ _SHARDED = textwrap.dedent(
         params = jax.device_put(PARAMS, {"b": P(), "w": P("x", None)})
         opt = opx.wrap_transformation_as_pytree_with_state(optax.adam, 0.05)
         opt = jax.jit(lambda o, p: o.init(p))(opt, params)
-        check(opt, params, mesh)
-        traces = 0
+        check(opt, params)
+        traces[0] = 0
         for lr in (0.05, 0.05, 0.01, 0.01):
             opt = opt.replace(learning_rate=lr)
             params, opt = jitted(opt, params)
-            check(opt, params, mesh)
-        assert traces == 1, traces
+            check(opt, params)
+        assert traces == [1], traces
     np.testing.assert_allclose(params["w"], expected["w"], rtol=1e-4, atol=1e-5)
     print("OK")
-    """
-)
+"""
 
 
 def test_sharded_jit_over_8_host_devices() -> None:
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
-    result = subprocess.run(
-        [sys.executable, "-c", _SHARDED], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    assert result.stdout.strip().endswith("OK")
+    assert run_with_8_host_devices(_SHARDED).strip().endswith("OK")

@@ -11,7 +11,16 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from helpers import PARAMS, assert_tree_allclose, counting_jit, loss, raw_adam
+from helpers import (
+    PARAMS,
+    apply_gradients,
+    assert_tree_allclose,
+    counting_jit,
+    loss,
+    raw,
+    raw_adam,
+    run_steps,
+)
 
 import optax_pytree as opx
 from optax_pytree._stateful import PyTreeTransformationWithState
@@ -20,12 +29,8 @@ with_state = opx.wrap_transformation_as_pytree_with_state
 
 
 def _raw_train(tx: Any, params: Any, steps: int) -> tuple[Any, Any]:
-    state = tx.init(params)
-    for _ in range(steps):
-        grads = jax.grad(loss)(params)
-        updates, state = tx.update(grads, state, params)
-        params = optax.apply_updates(params, updates)
-    return params, state
+    """``(params, state)`` after ``steps`` plain steps of a raw optax transformation."""
+    return run_steps(tx, params, steps, extra="", scan=False)[:2]
 
 
 CASES = {
@@ -42,22 +47,14 @@ CASES = {
 }
 
 
-def _raw(factory: Any, *args: Any, **kwargs: Any) -> Any:
-    return factory(*args, **kwargs)
-
-
-def _apply_gradients(opt: Any, params: Any) -> Any:
-    return opt.apply_gradients(jax.grad(loss)(params), params)
-
-
 @pytest.mark.parametrize("case", list(CASES))
 def test_matches_raw_optax_under_jit(case: str) -> None:
     make, rtol = CASES[case]
     opt = with_state(make(opx.wrap)).init(PARAMS)
-    reference = make(_raw)
+    reference = make(raw)
     assert jax.tree_util.tree_structure(opt.state) == jax.tree_util.tree_structure(reference.init(PARAMS))
 
-    step, traces = counting_jit(_apply_gradients)
+    step, traces = counting_jit(apply_gradients)
 
     params = PARAMS
     for _ in range(5):
@@ -68,7 +65,7 @@ def test_matches_raw_optax_under_jit(case: str) -> None:
     assert traces == [1]
 
 
-def test_update_is_update_and_apply_gradients_applies() -> None:
+def test_update_is_update_andapply_gradients_applies() -> None:
     opt = with_state(optax.adam, 0.1).init(PARAMS)
     grads = jax.grad(loss)(PARAMS)
     updates, opt1 = opt.update(grads, PARAMS)
@@ -86,26 +83,23 @@ def test_update_is_update_and_apply_gradients_applies() -> None:
 def test_extra_args_are_forwarded() -> None:
     # lbfgs's line search needs value, grad and value_fn.
     opt = with_state(optax.lbfgs, learning_rate=None, memory_size=3).init(PARAMS)
-    reference = optax.lbfgs(learning_rate=None, memory_size=3)
-    state = reference.init(PARAMS)
 
     @jax.jit
     def step(opt: Any, params: Any) -> Any:
         value, grad = jax.value_and_grad(loss)(params)
         return opt.apply_gradients(grad, params, value=value, grad=grad, value_fn=loss)
 
-    params, expected = PARAMS, PARAMS
+    params = PARAMS
     for _ in range(3):
         params, opt = step(opt, params)
-        value, grad = jax.value_and_grad(loss)(expected)
-        updates, state = reference.update(grad, state, expected, value=value, grad=grad, value_fn=loss)
-        expected = optax.apply_updates(expected, updates)
+    # run_steps passes value, grad and value_fn too.
+    expected = run_steps(optax.lbfgs(learning_rate=None, memory_size=3), PARAMS, steps=3, scan=False)[0]
     assert_tree_allclose(params, expected, rtol=1e-4, atol=1e-6)
     assert opt.transformation.detected_static_argnames == ("memory_size",)
 
 
 def test_replace_keeps_the_state_and_does_not_retrace() -> None:
-    step, traces = counting_jit(_apply_gradients)
+    step, traces = counting_jit(apply_gradients)
 
     opt = with_state(optax.adam, learning_rate=0.05).init(PARAMS)
     params = PARAMS
@@ -342,7 +336,6 @@ def test_donation_deletes_the_donated_buffers() -> None:
     opt = with_state(optax.adam, learning_rate=0.05).init(BIG)
     params = jax.tree_util.tree_map(jnp.copy, BIG)
 
-    @jax.jit
     def _step(params: Any, opt: Any) -> Any:
         return opt.apply_gradients(jax.grad(_big_loss)(params), params)
 
@@ -379,11 +372,11 @@ def test_donation_memory_equals_raw_optax() -> None:
             pytest.skip("this backend reports no memory analysis")
         return stats
 
-    raw, wrapped = memory(raw_step, BIG, tx.init(BIG)), memory(wrapped_step, BIG, opt)
+    plain, wrapped = memory(raw_step, BIG, tx.init(BIG)), memory(wrapped_step, BIG, opt)
     hyperparam_bytes = sum(x.nbytes for x in jax.tree_util.tree_leaves(opt.transformation))
     # Every argument byte is aliased to an output (donated), as with raw optax;
     # the arguments differ by the hyperparameters only, the temporaries not at all.
-    assert raw.alias_size_in_bytes == raw.argument_size_in_bytes
+    assert plain.alias_size_in_bytes == plain.argument_size_in_bytes
     assert wrapped.alias_size_in_bytes == wrapped.argument_size_in_bytes
-    assert wrapped.argument_size_in_bytes == raw.argument_size_in_bytes + hyperparam_bytes
-    assert wrapped.temp_size_in_bytes == raw.temp_size_in_bytes
+    assert wrapped.argument_size_in_bytes == plain.argument_size_in_bytes + hyperparam_bytes
+    assert wrapped.temp_size_in_bytes == plain.temp_size_in_bytes
