@@ -15,7 +15,6 @@ Run:  python examples/checkpoint.py      (OPTAX_PYTREE_SMOKE=1 or --smoke: a few
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 from typing import Any
 
@@ -23,10 +22,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from _shared import SMOKE
 
 import optax_pytree as opx
 
-SMOKE = "--smoke" in sys.argv or os.environ.get("OPTAX_PYTREE_SMOKE", "") not in ("", "0")
 STEPS = 6 if SMOKE else 200
 
 X = jnp.linspace(-2.0, 2.0, 64)[:, None]

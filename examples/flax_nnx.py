@@ -13,18 +13,16 @@ Run:  python examples/flax_nnx.py      (OPTAX_PYTREE_SMOKE=1 or --smoke: a few s
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import optax
+from _shared import SMOKE
 from flax import nnx
 
 import optax_pytree as opx
 
-SMOKE = "--smoke" in sys.argv or os.environ.get("OPTAX_PYTREE_SMOKE", "") not in ("", "0")
 STEPS_PER_PHASE = 5 if SMOKE else 300
 LEARNING_RATES = (1e-2, 3e-3, 1e-3)  # a hand-made step schedule, set from Python
 

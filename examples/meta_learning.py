@@ -15,23 +15,19 @@ Run: ``python examples/meta_learning.py``
 
 from __future__ import annotations
 
-import os
 import sys
-from pathlib import Path
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import optax
-from _mlp import init_mlp, mlp, target
+from _shared import SMOKE, init_mlp, mse, pyplot, save, target
 from tqdm import tqdm
 
 import optax_pytree as opx
 
-SMOKE = os.environ.get("OPTAX_PYTREE_SMOKE", "") not in ("", "0")
 INNER_STEPS = 10 if SMOKE else 100
 META_STEPS = 3 if SMOKE else 150
-OUTPUT = Path(__file__).resolve().parent / "output"
 
 
 def make_data(key: jax.Array) -> tuple[tuple[jax.Array, jax.Array], tuple[jax.Array, jax.Array]]:
@@ -44,11 +40,6 @@ def make_data(key: jax.Array) -> tuple[tuple[jax.Array, jax.Array], tuple[jax.Ar
     return (x_train, y_train), (x_val, target(x_val))
 
 
-def mse(params: Any, data: tuple[jax.Array, jax.Array]) -> jax.Array:
-    x, y = data
-    return jnp.mean((mlp(params, x) - y) ** 2)
-
-
 def meta_loss(tx: Any, params: Any, train: Any, val: Any) -> jax.Array:
     """Validation loss after ``INNER_STEPS`` of ``tx``: a function of its hyperparameters.
 
@@ -59,10 +50,10 @@ def meta_loss(tx: Any, params: Any, train: Any, val: Any) -> jax.Array:
 
     def step(carry: Any, _: None) -> tuple[Any, jax.Array]:
         params, state = carry
-        grads = jax.grad(mse)(params, train)
+        grads = jax.grad(mse)(params, *train)
         updates, state = tx.update(grads, state, params)
         params = optax.apply_updates(params, updates)
-        return (params, state), mse(params, val)
+        return (params, state), mse(params, *val)
 
     _, val_losses = jax.lax.scan(step, (params, state), None, length=INNER_STEPS)
     return jnp.mean(jnp.log(val_losses[-max(1, INNER_STEPS // 4) :]))
@@ -132,12 +123,7 @@ def main() -> dict[str, list[float]]:
 
 
 def plot(history: dict[str, list[float]]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    OUTPUT.mkdir(exist_ok=True)
+    plt = pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
     titles = {
         "learning_rate": "learning rate",
@@ -148,10 +134,7 @@ def plot(history: dict[str, list[float]]) -> None:
         ax.plot(history[key])
         ax.set(xlabel="meta-step", title=title, yscale="linear" if key == "b1" else "log")
     fig.suptitle("Hyperparameters learned by jax.grad through unrolled training")
-    fig.tight_layout()
-    fig.savefig(OUTPUT / "meta_learning.png", dpi=120)
-    plt.close(fig)
-    print(f"wrote {OUTPUT / 'meta_learning.png'}")
+    save(fig, "meta_learning.png")
 
 
 if __name__ == "__main__":

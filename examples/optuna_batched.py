@@ -15,10 +15,8 @@ Run: ``python examples/optuna_batched.py``
 from __future__ import annotations
 
 import math
-import os
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import jax
@@ -26,16 +24,14 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import optuna
-from _mlp import init_mlp, mlp, target
+from _shared import SMOKE, init_mlp, mse, pyplot, save, target
 from tqdm import tqdm
 
 import optax_pytree as opx
 
-SMOKE = os.environ.get("OPTAX_PYTREE_SMOKE", "") not in ("", "0")
 BATCH = 16
 BATCHES = 2 if SMOKE else 8
 STEPS = 20 if SMOKE else 300
-OUTPUT = Path(__file__).resolve().parent / "output"
 
 
 def make_data(key: jax.Array) -> tuple[tuple[jax.Array, jax.Array], tuple[jax.Array, jax.Array]]:
@@ -48,23 +44,18 @@ def make_data(key: jax.Array) -> tuple[tuple[jax.Array, jax.Array], tuple[jax.Ar
     return (x_train, y_train), (x_val, target(x_val))
 
 
-def mse(params: Any, data: tuple[jax.Array, jax.Array]) -> jax.Array:
-    x, y = data
-    return jnp.mean((mlp(params, x) - y) ** 2)
-
-
 def train(tx: Any, params: Any, train_data: Any, val_data: Any) -> jax.Array:
     """``STEPS`` full-batch steps of ``tx``; returns the final validation loss."""
     state = tx.init(params)
 
     def step(carry: Any, _: None) -> tuple[Any, None]:
         params, state = carry
-        grads = jax.grad(mse)(params, train_data)
+        grads = jax.grad(mse)(params, *train_data)
         updates, state = tx.update(grads, state, params)
         return (optax.apply_updates(params, updates), state), None
 
     (params, _), _ = jax.lax.scan(step, (params, state), None, length=STEPS)
-    return mse(params, val_data)
+    return mse(params, *val_data)
 
 
 def main() -> optuna.Study:
@@ -116,12 +107,7 @@ def main() -> optuna.Study:
 
 
 def plot(study: optuna.Study) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    OUTPUT.mkdir(exist_ok=True)
+    plt = pyplot()
     done = [t for t in study.trials if t.value is not None]
     lr = np.array([t.params["learning_rate"] for t in done])
     wd = np.array([t.params["weight_decay"] for t in done])
@@ -135,10 +121,7 @@ def plot(study: optuna.Study) -> None:
     ax_history.plot(np.arange(len(loss)), np.minimum.accumulate(loss), color="black", label="best so far")
     ax_history.set(yscale="log", xlabel="trial", ylabel="validation loss", title=f"{BATCH} trials per call")
     ax_history.legend()
-    fig.tight_layout()
-    fig.savefig(OUTPUT / "optuna_batched.png", dpi=120)
-    plt.close(fig)
-    print(f"  wrote {OUTPUT / 'optuna_batched.png'}")
+    save(fig, "optuna_batched.png")
 
 
 if __name__ == "__main__":

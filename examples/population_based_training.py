@@ -22,29 +22,21 @@ Run: ``python examples/population_based_training.py``
 
 from __future__ import annotations
 
-import os
 import time
-from pathlib import Path
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from _mlp import init_mlp, mlp, target
+from _shared import SMOKE, init_mlp, mse, pyplot, save, target
 
 import optax_pytree as opx
 
-SMOKE = os.environ.get("OPTAX_PYTREE_SMOKE", "") not in ("", "0")
 POPULATION = 4 if SMOKE else 16
 ROUNDS = 2 if SMOKE else 25
 STEPS_PER_ROUND = 5 if SMOKE else 40
 BATCH = 32
-OUTPUT = Path(__file__).resolve().parent / "output"
-
-
-def mse(params: Any, x: jax.Array, y: jax.Array) -> jax.Array:
-    return jnp.mean((mlp(params, x) - y) ** 2)
 
 
 X_VAL = jnp.linspace(-2.0, 2.0, 200)[:, None]
@@ -155,12 +147,7 @@ def main() -> dict[str, np.ndarray]:
 
 
 def plot(history: dict[str, np.ndarray], baseline: dict[str, np.ndarray]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    OUTPUT.mkdir(exist_ok=True)
+    plt = pyplot()
     fig, (ax_lr, ax_b1, ax_loss) = plt.subplots(1, 3, figsize=(14, 4))
     rounds = np.arange(1, ROUNDS + 1)
     ax_lr.plot(rounds, history["learning_rate"], color="tab:blue", alpha=0.5, linewidth=1)
@@ -175,10 +162,7 @@ def plot(history: dict[str, np.ndarray], baseline: dict[str, np.ndarray]) -> Non
     ax_loss.set(xlabel="round", title="validation loss", yscale="log")
     ax_loss.legend(fontsize=8)
     fig.suptitle("Population-based training in one jitted call")
-    fig.tight_layout()
-    fig.savefig(OUTPUT / "population_based_training.png", dpi=120)
-    plt.close(fig)
-    print(f"  wrote {OUTPUT / 'population_based_training.png'}")
+    save(fig, "population_based_training.png")
 
 
 if __name__ == "__main__":

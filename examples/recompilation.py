@@ -13,17 +13,17 @@ Run:  python examples/recompilation.py      (OPTAX_PYTREE_SMOKE=1: 5 optimizers)
 from __future__ import annotations
 
 import functools
-import os
 import time
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import optax
+from _shared import SMOKE
 
 import optax_pytree as opx
 
-N = 5 if os.environ.get("OPTAX_PYTREE_SMOKE") else 100
+N = 5 if SMOKE else 100
 
 
 def loss(params: dict[str, jax.Array], x: jax.Array, y: jax.Array) -> jax.Array:

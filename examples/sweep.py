@@ -16,36 +16,28 @@ Run: ``python examples/sweep.py``
 
 from __future__ import annotations
 
-import os
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from _mlp import init_mlp, mlp, target
+from _shared import SMOKE, init_mlp, mse, pyplot, save, target
 from tqdm import tqdm
 
 import optax_pytree as opx
 
-SMOKE = os.environ.get("OPTAX_PYTREE_SMOKE", "") not in ("", "0")
 STEPS = 30 if SMOKE else 600
 LEARNING_RATES = np.geomspace(1e-3, 1.0, 2 if SMOKE else 8).tolist()
 B1S = [0.9, 0.0] if SMOKE else [0.95, 0.9, 0.5, 0.0]
-OUTPUT = Path(__file__).resolve().parent / "output"
 
 
 def make_data(key: jax.Array) -> tuple[jax.Array, jax.Array]:
     x = jnp.linspace(-2.0, 2.0, 256)[:, None]
     y = target(x) + 0.05 * jax.random.normal(key, x.shape)
     return x, y
-
-
-def mse(params: Any, x: jax.Array, y: jax.Array) -> jax.Array:
-    return jnp.mean((mlp(params, x) - y) ** 2)
 
 
 def train(tx: Any, params: Any, x: jax.Array, y: jax.Array) -> jax.Array:
@@ -147,13 +139,9 @@ def main() -> dict[str, float]:
 
 
 def plot(curves: np.ndarray, final: np.ndarray, labels: list[dict[str, float]]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from matplotlib.colors import LogNorm
 
-    OUTPUT.mkdir(exist_ok=True)
+    plt = pyplot()
     fig, (ax_curves, ax_heat) = plt.subplots(1, 2, figsize=(12, 4.5))
     colors = plt.get_cmap("viridis")(np.linspace(0, 1, len(LEARNING_RATES)))
     highlight = 0.9 if 0.9 in B1S else B1S[0]  # Adam's default b1, in color; the rest in gray
@@ -190,10 +178,7 @@ def plot(curves: np.ndarray, final: np.ndarray, labels: list[dict[str, float]]) 
             color="white" if value > 1 else "black",
         )
     fig.colorbar(image, ax=ax_heat)
-    fig.tight_layout()
-    fig.savefig(OUTPUT / "sweep.png", dpi=120)
-    plt.close(fig)
-    print(f"  wrote {OUTPUT / 'sweep.png'}")
+    save(fig, "sweep.png")
 
 
 if __name__ == "__main__":
