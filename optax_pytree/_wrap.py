@@ -395,23 +395,20 @@ class _Core:
         self.spec = spec
         self.leaves = leaves
 
-    def arguments(self, build_children: bool) -> dict[str, Any]:
+    def argument(self, name: str, build_children: bool = False) -> Any:
+        """One argument's value; children built into plain optax objects if asked."""
         spec = self.spec
-        leaves = dict(zip(spec.leaf_names, self.leaves))
-        out = {}
-        for name, role in spec.roles.items():
-            if role == STATIC:
-                out[name] = spec.static[name]
-            elif role == DYNAMIC:
-                out[name] = leaves[name]
-            else:
-                child = leaves[name]
-                fn = _build_child if build_children else (lambda w: w)
-                if name in spec.templates:
-                    out[name] = spec.templates[name].merge(child, fn)
-                else:
-                    out[name] = fn(child)
-        return out
+        role = spec.roles[name]
+        if role == STATIC:
+            return spec.static[name]
+        value = self.leaves[spec.leaf_names.index(name)]
+        if role == DYNAMIC:
+            return value
+        fn = _build_child if build_children else _identity
+        return spec.templates[name].merge(value, fn) if name in spec.templates else fn(value)
+
+    def arguments(self, build_children: bool) -> dict[str, Any]:
+        return {name: self.argument(name, build_children) for name in self.spec.roles}
 
     def build_raw(self) -> Any:
         """What the factory returns, as it returns it."""
@@ -553,7 +550,7 @@ class _Wrapped:
             raise AttributeError(name)
         core = self.__dict__.get("_core")
         if core is not None and name in core.spec.roles:
-            return core.arguments(build_children=False)[name]
+            return core.argument(name)
         if core is not None and not name.startswith("_"):
             # Public attributes of what the factory returns, e.g. the
             # ``has_updated`` of an ``optax.MultiSteps``.
