@@ -1,9 +1,11 @@
 """Benchmarks: zero overhead and one compilation, side by side with optax.
 
-Every number is a ratio to a raw-optax reference measured in the same process,
-interleaved with it, after warm-up, over several repeats: the table gives the
-median and the min-max of the per-repeat ratios. Absolute times depend on the
-machine and its load; the ratios are what the README quotes.
+Every ratio is taken against a reference measured in the same process (raw
+optax, plain-argument functions, ``inject_hyperparams`` or tuples of the same
+leaves: each table names its reference), interleaved with it, after warm-up,
+over several repeats: the table gives the median and the min-max of the
+per-repeat ratios. Absolute times depend on the machine and its load; the
+ratios are what the README quotes.
 
 Run::
 
@@ -22,13 +24,12 @@ What is measured (section numbers match the output):
 
    - (a) ``jax.jit(train, static_argnums=0)`` with ``optax.adam(lr)``;
    - (b) a new ``jax.jit`` closure over ``optax.adam(lr)`` per configuration:
-     raw optax, the zero-overhead reference every ratio is taken against;
+     raw optax, the zero-overhead reference of sections 1, 2 and 5;
    - (c) ``optax.inject_hyperparams(optax.adam)(learning_rate=lr)`` built
      inside the jitted function, ``lr`` an argument;
    - (d) ``opx.wrap(optax.adam, learning_rate=lr)`` as an ordinary argument of
      ``jax.jit(train)``, also under ``eqx.filter_jit``;
-   - (e) ``opx.wrap_transformation_as_pytree_with_state(optax.adam, ...)``
-     (skipped, with the reason printed, when the package lacks it).
+   - (e) ``opx.wrap_transformation_as_pytree_with_state(optax.adam, ...)``.
 
    Traces are counted by a counter in the traced Python function; XLA
    compilations by a ``jax.monitoring`` listener on
@@ -55,8 +56,9 @@ What is measured (section numbers match the output):
 4. **Construction.** ``opx.wrap(optax.adam, learning_rate=lr)`` the first time
    for a factory (``optax_pytree._wrap.clear_caches()`` before each sample:
    signature, binding, automatic static detection) and cached, against
-   ``optax.adam(lr)`` and ``optax.inject_hyperparams(optax.adam)(learning_rate=lr)``;
-   also each followed by ``init``, where inject_hyperparams converts its values.
+   ``optax.adam(lr)`` and ``optax.inject_hyperparams(optax.adam)(learning_rate=lr)``
+   (a ratio to each); also each followed by ``init``, where inject_hyperparams
+   converts its values.
 
 5. **Sweeps.** 16 learning rates end to end (first call included): the
    wrapped optimizer stacked and ``jax.vmap``-ed (one program, one call), and
@@ -66,9 +68,9 @@ What is measured (section numbers match the output):
 6. **Scaling.** For parameter trees of 10, 100 and 1,000 leaves: one jitted
    adam step with the wrapped optimizer against the same step with plain
    hyperparameter arrays (the wrapper's own cost) and against raw optax with
-   constant hyperparameters (what dynamic hyperparameters cost XLA), the
-   extra ``tree_flatten`` time of the jit arguments, and (e) carried through
-   ``jax.jit`` (its state grows with the tree). Then ``wrap`` and
+   constant hyperparameters (not approach (b): what dynamic hyperparameters
+   cost XLA), the extra ``tree_flatten`` time of the jit arguments, and (e)
+   carried through ``jax.jit`` (its state grows with the tree). Then ``wrap`` and
    ``tree_flatten`` of a ``chain`` of 1, 4 and 16 wrapped transforms (cost
    per transform and per leaf). A growth row passes when the overhead at the
    largest tree exceeds the one at the smallest by at most 1 us + 5% of the
@@ -95,12 +97,13 @@ import functools
 import itertools
 import json
 import logging
+import operator
 import os
 import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -114,7 +117,6 @@ from jax import lax
 import optax_pytree as opx
 from optax_pytree import _wrap
 
-STATEFUL_NAME = "wrap_transformation_as_pytree_with_state"
 BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 
@@ -129,7 +131,6 @@ class Settings:
     n_configs: int  # section 1: learning rates per round
     rounds: int  # section 1: rounds (each compiles everything afresh)
     steady_pairs: int  # section 2: ABBA pairs per approach
-    steady_calls: int  # section 2: calls per timed sample
     micro_repeats: int  # sections 3, 4, 6: interleaved samples
     micro_seconds: float  # sections 3, 4, 6: target duration of one sample
     first_wrap_samples: int  # section 4: samples of wrap after clear_caches()
@@ -141,11 +142,11 @@ class Settings:
     @classmethod
     def make(cls, quick: bool) -> Settings:
         if quick:
-            return cls(True, 4, 1, 11, 1, 41, 0.002, 5, 4, 1, (10, 100), (1, 4, 16))
-        return cls(False, 20, 3, 61, 1, 101, 0.002, 15, 16, 3, (10, 100, 1000), (1, 4, 16))
+            return cls(True, 4, 1, 11, 41, 0.002, 5, 4, 1, (10, 100), (1, 4, 16))
+        return cls(False, 20, 3, 61, 101, 0.002, 15, 16, 3, (10, 100, 1000), (1, 4, 16))
 
 
-FULL = Settings.make(quick=False)
+FULL = Settings.make(quick=False)  # for the configuration counts the targets name
 
 
 # --------------------------------------------------------------------------
@@ -164,8 +165,10 @@ def fmt(stat: dict[str, Any], digits: int = 3, scale: float = 1.0) -> str:
     return f"{m:.{digits}f} [{lo:.{digits}f}-{hi:.{digits}f}]"
 
 
-def block(x: Any) -> Any:
-    return jax.block_until_ready(x)
+def rotated(seq: Sequence[Any], r: int) -> list[Any]:
+    """``seq`` rotated left by ``r`` places (modulo its length)."""
+    r %= len(seq)
+    return [*seq[r:], *seq[:r]]
 
 
 # Micro-benchmarks (sections 3, 4, 6) are single-threaded Python work timed
@@ -188,7 +191,7 @@ def time_calls(
     for _ in range(number):
         res = fn()
     if wait:
-        block(res)
+        jax.block_until_ready(res)
     return (clock() - t0) / number
 
 
@@ -197,7 +200,7 @@ def calibrate(
 ) -> int:
     """Calls per sample so that one sample lasts about ``seconds``."""
     if wait:
-        block(fn())
+        jax.block_until_ready(fn())
     number = 1
     while True:
         elapsed = time_calls(fn, number, clock, wait) * number
@@ -223,7 +226,7 @@ def interleaved(
     keys = list(fns)
     out: dict[str, list[float]] = {k: [] for k in keys}
     for r in range(repeats):
-        order = keys[r % len(keys) :] + keys[: r % len(keys)]
+        order = rotated(keys, r)
         if r % 2:
             order.reverse()
         for k in order:
@@ -241,12 +244,13 @@ def ratios(num: Sequence[float], den: Sequence[float]) -> list[float]:
 TRACES: collections.Counter[str] = collections.Counter()
 
 
-def counted(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-    """A new function object (so a fresh JAX cache) that counts its traces."""
+def fresh(fn: Callable[..., Any], count: str | None = None) -> Callable[..., Any]:
+    """A new function object (so a fresh JAX cache), counting its traces in ``TRACES[count]``."""
 
     @functools.wraps(fn)
     def traced(*args: Any) -> Any:
-        TRACES[name] += 1
+        if count is not None:
+            TRACES[count] += 1
         return fn(*args)
 
     return traced
@@ -293,13 +297,13 @@ def check_compile_counting() -> dict[str, Any]:
     propagate, logger.propagate = logger.propagate, False
     jax.config.update("jax_log_compiles", True)
     try:
-        x = block(jnp.ones(3))
+        x = jax.block_until_ready(jnp.ones(3))
         f = jax.jit(lambda x: jnp.sin(x) * 2.0)
         counts = []
         for _ in range(2):
             capture.messages.clear()
             with COMPILES.window() as found:
-                block(f(x))
+                jax.block_until_ready(f(x))
             logged = sum("Finished XLA compilation" in m for m in capture.messages)
             counts.append((len(found), logged))
     finally:
@@ -371,14 +375,6 @@ def train_stateful(opt: Any, params: Any, batch: Any) -> tuple[Any, jax.Array]:
     return params, losses[-1]
 
 
-def stateful_factory() -> Callable[..., Any] | None:
-    return getattr(opx, STATEFUL_NAME, None)
-
-
-def stateful_skip_reason() -> str:
-    return f"optax_pytree has no {STATEFUL_NAME} yet"
-
-
 @dataclasses.dataclass
 class Workload:
     params: Any
@@ -416,12 +412,12 @@ class Approach:
 
 
 def _static(w: Workload) -> Callable[[float], Any]:
-    f = jax.jit(counted("a", train), static_argnums=0)
+    f = jax.jit(fresh(train, count="a"), static_argnums=0)
     return lambda lr: f(optax.adam(lr), w.params, w.batch)
 
 
 def _closure(w: Workload) -> Callable[[float], Any]:
-    body = counted("b", train)
+    body = fresh(train, count="b")
 
     def run(lr: float) -> Any:
         tx = optax.adam(lr)
@@ -431,19 +427,20 @@ def _closure(w: Workload) -> Callable[[float], Any]:
 
 
 def _inject(w: Workload) -> Callable[[float], Any]:
-    f = jax.jit(counted("c", train_inject))
+    f = jax.jit(fresh(train_inject, count="c"))
     return lambda lr: f(lr, w.params, w.batch)
 
 
-def _wrapped(w: Workload, jit: Callable[[Any], Any] = jax.jit, key: str = "d") -> Callable[[float], Any]:
-    f = jit(counted(key, train))
+def _wrapped(
+    w: Workload, jit: Callable[[Any], Any] = jax.jit, key: str | None = "d"
+) -> Callable[[float], Any]:
+    f = jit(fresh(train, count=key))
     return lambda lr: f(opx.wrap(optax.adam, learning_rate=lr), w.params, w.batch)
 
 
 def _stateful(w: Workload, jit: Callable[[Any], Any] = jax.jit, key: str = "e") -> Callable[[float], Any]:
-    make = stateful_factory()
-    assert make is not None
-    f = jit(counted(key, train_stateful))
+    f = jit(fresh(train_stateful, count=key))
+    make = opx.wrap_transformation_as_pytree_with_state
     return lambda lr: f(make(optax.adam, learning_rate=lr), w.params, w.batch)
 
 
@@ -464,9 +461,8 @@ def _steady_wrapped(w: Workload, jit: Callable[[Any], Any] = jax.jit) -> Callabl
 
 
 def _steady_stateful(w: Workload, jit: Callable[[Any], Any] = jax.jit) -> Callable[[], Any]:
-    make = stateful_factory()
-    assert make is not None
-    f, opt = jit(train_stateful), make(optax.adam, learning_rate=w.lrs[0])
+    f = jit(train_stateful)
+    opt = opx.wrap_transformation_as_pytree_with_state(optax.adam, learning_rate=w.lrs[0])
     return lambda: f(opt, w.params, w.batch)
 
 
@@ -494,13 +490,12 @@ def _lowered_inject(w: Workload) -> Any:
 
 
 def _lowered_stateful(w: Workload) -> Any:
-    make = stateful_factory()
-    assert make is not None
-    return jax.jit(train_stateful).lower(make(optax.adam, learning_rate=w.lrs[0]), w.params, w.batch)
+    opt = opx.wrap_transformation_as_pytree_with_state(optax.adam, learning_rate=w.lrs[0])
+    return jax.jit(train_stateful).lower(opt, w.params, w.batch)
 
 
 def approaches() -> list[Approach]:
-    found = [
+    return [
         Approach("a", "(a) optax, optimizer as a static argument", _static, _steady_static),
         Approach("b", "(b) optax, new jitted closure per configuration", _closure, _steady_closure),
         Approach("c", "(c) optax.inject_hyperparams inside jit", _inject, _steady_inject, _lowered_inject),
@@ -513,18 +508,14 @@ def approaches() -> list[Approach]:
             functools.partial(_wrapped, jit=eqx.filter_jit, key="d_eqx"),
             functools.partial(_steady_wrapped, jit=eqx.filter_jit),
         ),
+        Approach("e", "(e) wrapped with state, jax.jit", _stateful, _steady_stateful, _lowered_stateful),
+        Approach(
+            "e_eqx",
+            "(e) wrapped with state, under eqx.filter_jit",
+            functools.partial(_stateful, jit=eqx.filter_jit, key="e_eqx"),
+            functools.partial(_steady_stateful, jit=eqx.filter_jit),
+        ),
     ]
-    if stateful_factory() is not None:
-        found += [
-            Approach("e", "(e) wrapped with state, jax.jit", _stateful, _steady_stateful, _lowered_stateful),
-            Approach(
-                "e_eqx",
-                "(e) wrapped with state, under eqx.filter_jit",
-                functools.partial(_stateful, jit=eqx.filter_jit, key="e_eqx"),
-                functools.partial(_steady_stateful, jit=eqx.filter_jit),
-            ),
-        ]
-    return found
 
 
 # --------------------------------------------------------------------------
@@ -537,7 +528,7 @@ def section_compilations(s: Settings, log: Callable[[str], None]) -> dict[str, A
     log(f"  warm-up: {len(todo)} approaches on a toy MLP")
     tiny = Workload.tiny(1)
     for a in todo:
-        block(a.per_config(tiny)(tiny.lrs[0]))
+        jax.block_until_ready(a.per_config(tiny)(tiny.lrs[0]))
     results: dict[str, dict[str, Any]] = {
         a.key: {"label": a.label, "wall_s": [], "traces": [], "compiles": [], "compile_s": [], "compiled": []}
         for a in todo
@@ -554,13 +545,12 @@ def section_compilations(s: Settings, log: Callable[[str], None]) -> dict[str, A
         for a in todo:
             TRACES[a.key] = 0
         for i, lr in enumerate(w.lrs):
-            shift = (r + i) % len(todo)
-            for a in todo[shift:] + todo[:shift]:
+            for a in rotated(todo, r + i):
                 with COMPILES.window() as events:
                     t0 = time.perf_counter()
                     if a.key not in runs:
                         runs[a.key] = a.per_config(w)
-                    outs[a.key].append(block(runs[a.key](lr)))
+                    outs[a.key].append(jax.block_until_ready(runs[a.key](lr)))
                     wall[a.key] += time.perf_counter() - t0
                 found[a.key] += events
         for a in todo:
@@ -584,9 +574,8 @@ def section_compilations(s: Settings, log: Callable[[str], None]) -> dict[str, A
     return {
         "n_configs": s.n_configs,
         "rounds": s.rounds,
-        "n_params": int(sum(x.size for x in jax.tree_util.tree_leaves(w.params))),
+        "n_params": int(optax.tree_utils.tree_size(w.params)),
         "approaches": results,
-        "stateful": None if stateful_factory() is not None else stateful_skip_reason(),
     }
 
 
@@ -605,24 +594,21 @@ def section_steady(s: Settings, log: Callable[[str], None]) -> dict[str, Any]:
     w = Workload.make(2)
     todo = approaches()
     ref = next(a for a in todo if a.key == "b").steady(w)
-    block(ref())
+    jax.block_until_ready(ref())
     out: dict[str, Any] = {"approaches": {}, "cost": {}}
     for a in todo:
         if a.key == "b":
             continue
         fn = a.steady(w)
-        block(fn())
+        jax.block_until_ready(fn())
         t_ref, t_fn, c_ref, c_fn = [], [], [], []
         for i in range(s.steady_pairs):
             pair = ((ref, t_ref, c_ref), (fn, t_fn, c_fn))
             for f, wall, cpu in pair if i % 2 == 0 else pair[::-1]:
-                res: Any = None
                 t0, c0 = WALL_CLOCK(), CPU_CLOCK()
-                for _ in range(s.steady_calls):
-                    res = f()
-                block(res)
-                wall.append((WALL_CLOCK() - t0) / s.steady_calls)
-                cpu.append((CPU_CLOCK() - c0) / s.steady_calls)
+                jax.block_until_ready(f())
+                wall.append(WALL_CLOCK() - t0)
+                cpu.append(CPU_CLOCK() - c0)
         out["approaches"][a.key] = {
             "label": a.label,
             "per_call_s": summary(t_fn),
@@ -660,56 +646,90 @@ def tiny_step(tx: Any, params: Any, grads: Any) -> Any:
     return optax.apply_updates(params, updates), state
 
 
-def chain3(lr: float = 1e-3) -> Any:
+def plain_hyperparams(tx: Any) -> tuple[Any, ...]:
+    """The plain baseline: the dynamic hyperparameters of ``tx`` as a tuple of the same arrays.
+
+    One entry per argument (whatever its number of leaves), in the order of
+    ``tx.dynamic_argnames``.
+    """
+    return tuple(tx.hyperparams[n] for n in tx.dynamic_argnames)
+
+
+def plain_adam(hp: tuple[Any, ...]) -> Any:
+    """``optax.adam`` from ``plain_hyperparams(opx.wrap(optax.adam, ...))``.
+
+    The dynamic arguments of ``optax.adam`` are its leading positional ones.
+    """
+    return optax.adam(*hp)
+
+
+def plain_tiny_step(hp: tuple[Any, ...], params: Any, grads: Any) -> Any:
+    """``tiny_step`` with adam built from plain hyperparameter arrays: the baseline of (d)."""
+    return tiny_step(plain_adam(hp), params, grads)
+
+
+def plain_carried_step(carry: Any, params: Any, grads: Any) -> Any:
+    """One adam step carrying ``(hyperparameter arrays, optax state)``: the baseline of (e)."""
+    hp, state = carry
+    updates, state = plain_adam(hp).update(grads, state, params)
+    return optax.apply_updates(params, updates), (hp, state)
+
+
+def tree_fns(tree: Any, plain: Any, ref: str = "plain") -> dict[str, Callable[[], Any]]:
+    """``tree_flatten`` and ``tree_unflatten`` of ``tree`` and of ``plain`` (keys suffixed ``_{ref}``).
+
+    Pure Python work: pass the result as ``pure`` to ``interleaved``.
+    """
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    plain_leaves, plain_def = jax.tree_util.tree_flatten(plain)
+    return {
+        "flatten": lambda: jax.tree_util.tree_flatten(tree),
+        f"flatten_{ref}": lambda: jax.tree_util.tree_flatten(plain),
+        "unflatten": lambda: jax.tree_util.tree_unflatten(treedef, leaves),
+        f"unflatten_{ref}": lambda: jax.tree_util.tree_unflatten(plain_def, plain_leaves),
+    }
+
+
+def compared(t: dict[str, list[float]], key: str, ref: str = "plain") -> dict[str, Any]:
+    """The samples ``t[key]`` against ``t[f"{key}_{ref}"]``: both, their ratio and difference."""
+    x, y = t[key], t[f"{key}_{ref}"]
+    return {
+        f"{key}_s": summary(x),
+        f"{key}_{ref}_s": summary(y),
+        f"{key}_ratio": summary(ratios(x, y)),
+        f"{key}_overhead_s": summary([a - b for a, b in zip(x, y)]),
+    }
+
+
+def chain3() -> Any:
     return opx.wrap(
         optax.chain,
         opx.wrap(optax.clip_by_global_norm, max_norm=1.0),
         opx.wrap(optax.scale_by_adam),
-        opx.wrap(optax.scale_by_learning_rate, learning_rate=lr),
+        opx.wrap(optax.scale_by_learning_rate, learning_rate=1e-3),
     )
 
 
 def _flatten_rows(name: str, tx: Any, s: Settings) -> dict[str, Any]:
-    leaves, treedef = jax.tree_util.tree_flatten(tx)
-    plain = tuple(leaves)
-    plain_def = jax.tree_util.tree_structure(plain)
-    t = interleaved(
-        {
-            "flatten": lambda: jax.tree_util.tree_flatten(tx),
-            "flatten_tuple": lambda: jax.tree_util.tree_flatten(plain),
-            "unflatten": lambda: jax.tree_util.tree_unflatten(treedef, leaves),
-            "unflatten_tuple": lambda: jax.tree_util.tree_unflatten(plain_def, leaves),
-        },
-        s.micro_repeats,
-        s.micro_seconds,
-        pure=("flatten", "flatten_tuple", "unflatten", "unflatten_tuple"),
-    )
+    leaves = jax.tree_util.tree_leaves(tx)
+    fns = tree_fns(tx, tuple(leaves), ref="tuple")
+    t = interleaved(fns, s.micro_repeats, s.micro_seconds, pure=fns)
     return {
         "what": name,
         "n_leaves": len(leaves),
-        "flatten_s": summary(t["flatten"]),
-        "flatten_tuple_s": summary(t["flatten_tuple"]),
-        "flatten_ratio": summary(ratios(t["flatten"], t["flatten_tuple"])),
-        "unflatten_s": summary(t["unflatten"]),
-        "unflatten_tuple_s": summary(t["unflatten_tuple"]),
-        "unflatten_ratio": summary(ratios(t["unflatten"], t["unflatten_tuple"])),
+        **compared(t, "flatten", ref="tuple"),
+        **compared(t, "unflatten", ref="tuple"),
     }
 
 
 def section_dispatch(s: Settings, log: Callable[[str], None]) -> dict[str, Any]:
     tx = opx.wrap(optax.adam, learning_rate=1e-3)
-    names = tx.dynamic_argnames
-    hp = tuple(jax.tree_util.tree_leaves(tx))
-
-    def tiny_step_plain(hp: tuple[Any, ...], params: Any, grads: Any) -> Any:
-        kwargs: dict[str, Any] = dict(zip(names, hp))
-        return tiny_step(optax.adam(**kwargs), params, grads)
-
+    hp = plain_hyperparams(tx)
     params = {"w": jnp.linspace(-1.0, 1.0, 3)}
     grads = {"w": jnp.full(3, 0.1)}
-    out: dict[str, Any] = {"n_hyperparameter_leaves": len(hp)}
+    out: dict[str, Any] = {"n_hyperparameter_leaves": len(jax.tree_util.tree_leaves(tx))}
     for jit_name, jit in (("jax.jit", jax.jit), ("eqx.filter_jit", eqx.filter_jit)):
-        f, g = jit(tiny_step), jit(tiny_step_plain)
+        f, g = jit(tiny_step), jit(plain_tiny_step)
         t = interleaved(
             {"wrapped": lambda f=f: f(tx, params, grads), "plain": lambda g=g: g(hp, params, grads)},
             s.micro_repeats,
@@ -722,8 +742,7 @@ def section_dispatch(s: Settings, log: Callable[[str], None]) -> dict[str, Any]:
         }
         log(f"  dispatch under {jit_name}: ratio {fmt(out[jit_name]['ratio'])}")
     out["stateful"] = _stateful_carried(params, grads, s)
-    if out["stateful"] is not None:
-        log(f"  (e) carried through jax.jit: ratio {fmt(out['stateful']['step_ratio'])}")
+    log(f"  (e) carried through jax.jit: ratio {fmt(out['stateful']['step_ratio'])}")
     out["flatten"] = [_flatten_rows("wrapped adam", tx, s), _flatten_rows("wrapped chain of 3", chain3(), s)]
     for row in out["flatten"]:
         log(
@@ -739,7 +758,7 @@ def section_dispatch(s: Settings, log: Callable[[str], None]) -> dict[str, Any]:
 
 def section_construction(s: Settings, log: Callable[[str], None]) -> dict[str, Any]:
     lrs = [float(v) for v in np.geomspace(1e-4, 1e-2, 97)]
-    it = iter(lrs * 10**6)
+    it = itertools.cycle(lrs)
     first = []
     for _ in range(s.first_wrap_samples):
         _wrap.clear_caches()
@@ -759,11 +778,14 @@ def section_construction(s: Settings, log: Callable[[str], None]) -> dict[str, A
         ).init(params),
     }
     t = interleaved(fns, s.micro_repeats, s.micro_seconds)
-    ref = t["inject_hyperparams"]
     out: dict[str, Any] = {"wrap (first call for the factory)": {"s": summary(first)}}
     for k, v in t.items():
-        ref = t["inject_hyperparams + init"] if k.endswith("init") else t["inject_hyperparams"]
-        out[k] = {"s": summary(v), "ratio_to_inject": summary(ratios(v, ref))}
+        init = " + init" if k.endswith("init") else ""
+        out[k] = {
+            "s": summary(v),
+            "ratio_to_inject": summary(ratios(v, t["inject_hyperparams" + init])),
+            "ratio_to_optax_adam": summary(ratios(v, t["optax.adam" + init])),
+        }
     for k, v in out.items():
         log(f"  {k}: {fmt(v['s'], 1, 1e6)} us")
     return out
@@ -777,31 +799,28 @@ def section_sweeps(s: Settings, log: Callable[[str], None]) -> dict[str, Any]:
     w = Workload.make(s.sweep_configs)
 
     def vmapped(w: Workload = w) -> Any:
-        txs = [opx.wrap(optax.adam, learning_rate=lr) for lr in w.lrs]
-        stacked = jax.tree_util.tree_map(lambda *x: jnp.stack(x), *txs)
-        f = jax.jit(jax.vmap(counted("vmap", train), in_axes=(0, None, None)))
-        return block(f(stacked, w.params, w.batch))[1]
+        stacked = opx.stack([opx.wrap(optax.adam, learning_rate=lr) for lr in w.lrs])
+        f = jax.jit(jax.vmap(fresh(train), in_axes=(0, None, None)))
+        return jax.block_until_ready(f(stacked, w.params, w.batch))[1]
 
     def loop(w: Workload = w) -> Any:
-        run = _wrapped(w, key="loop")
-        return jnp.stack([block(run(lr))[1] for lr in w.lrs])
+        run = _wrapped(w, key=None)
+        return jnp.stack([jax.block_until_ready(run(lr))[1] for lr in w.lrs])
 
     def raw(w: Workload = w) -> Any:
         run = _closure(w)
-        return jnp.stack([block(run(lr))[1] for lr in w.lrs])
+        return jnp.stack([jax.block_until_ready(run(lr))[1] for lr in w.lrs])
 
     fns = {"raw optax loop": raw, "wrapped, Python loop": loop, "wrapped, vmap": vmapped}
     log("  warm-up")
-    block(jnp.stack([jnp.float32(0.0)] * s.sweep_configs))  # the eager stack, once per process
     tiny = Workload.tiny(s.sweep_configs)
-    for f in (vmapped, loop):
+    for f in fns.values():
         f(tiny)
     times: dict[str, list[float]] = {k: [] for k in fns}
     compiles: dict[str, list[int]] = {k: [] for k in fns}
     results: dict[str, Any] = {}
     for r in range(s.sweep_rounds):
-        keys = list(fns)[r % 3 :] + list(fns)[: r % 3]
-        for k in keys:
+        for k in rotated(list(fns), r):
             with COMPILES.window() as found:
                 t0 = time.perf_counter()
                 results[k] = np.asarray(fns[k]())
@@ -831,30 +850,21 @@ def stateful_step(opt: Any, params: Any, grads: Any) -> Any:
     return opt.apply_gradients(grads, params)
 
 
-def _stateful_carried(params: Any, grads: Any, s: Settings) -> dict[str, Any] | None:
+def _stateful_carried(params: Any, grads: Any, s: Settings) -> dict[str, Any]:
     """(e) in a loop that carries the optimizer through jit, against the same with plain arrays.
 
     The wrapped object with state comes out of every call, so this pays
     ``tree_unflatten`` on the way out and the treedef comparison (its aux data
     holds the parameter structure) on the way in, as a training loop does.
     """
-    make = stateful_factory()
-    if make is None:
-        return None
-    opt = make(optax.adam, learning_rate=1e-3).init(params)
+    opt = opx.wrap_transformation_as_pytree_with_state(optax.adam, learning_rate=1e-3).init(params)
     tx = opx.wrap(optax.adam, learning_rate=1e-3)
-    names = tx.dynamic_argnames
-    hp = tuple(jax.tree_util.tree_leaves(tx))
-    plain = (hp, tx.init(params))
-
-    def plain_step(carry: Any, params: Any, grads: Any) -> Any:
-        hp, state = carry
-        kwargs: dict[str, Any] = dict(zip(names, hp))
-        updates, state = optax.adam(**kwargs).update(grads, state, params)
-        return optax.apply_updates(params, updates), (hp, state)
-
-    f, g = jax.jit(stateful_step), jax.jit(plain_step)
-    carry = {"wrapped": block(f(opt, params, grads))[1], "plain": block(g(plain, params, grads))[1]}
+    plain = (plain_hyperparams(tx), tx.init(params))
+    f, g = jax.jit(stateful_step), jax.jit(plain_carried_step)
+    carry = {
+        "wrapped": jax.block_until_ready(f(opt, params, grads))[1],
+        "plain": jax.block_until_ready(g(plain, params, grads))[1],
+    }
 
     def call_wrapped() -> Any:
         carry["wrapped"] = f(carry["wrapped"], params, grads)[1]
@@ -864,27 +874,16 @@ def _stateful_carried(params: Any, grads: Any, s: Settings) -> dict[str, Any] | 
         carry["plain"] = g(carry["plain"], params, grads)[1]
         return carry["plain"]
 
-    leaves, treedef = jax.tree_util.tree_flatten(opt)
-    plain_leaves, plain_def = jax.tree_util.tree_flatten(plain)
+    flat = tree_fns(opt, plain)
     t = interleaved(
-        {
-            "step": call_wrapped,
-            "step_plain": call_plain,
-            "flatten": lambda: jax.tree_util.tree_flatten(opt),
-            "flatten_plain": lambda: jax.tree_util.tree_flatten(plain),
-            "unflatten": lambda: jax.tree_util.tree_unflatten(treedef, leaves),
-            "unflatten_plain": lambda: jax.tree_util.tree_unflatten(plain_def, plain_leaves),
-        },
+        {"step": call_wrapped, "step_plain": call_plain, **flat},
         s.micro_repeats,
         s.micro_seconds * 2,
-        pure=("flatten", "flatten_plain", "unflatten", "unflatten_plain"),
+        pure=flat,
     )
     out: dict[str, Any] = {}
     for k in ("step", "flatten", "unflatten"):
-        out[f"{k}_s"] = summary(t[k])
-        out[f"{k}_plain_s"] = summary(t[f"{k}_plain"])
-        out[f"{k}_ratio"] = summary(ratios(t[k], t[f"{k}_plain"]))
-        out[f"{k}_overhead_s"] = summary([a - b for a, b in zip(t[k], t[f"{k}_plain"])])
+        out.update(compared(t, k))
     return out
 
 
@@ -895,20 +894,11 @@ def section_scaling(s: Settings, log: Callable[[str], None]) -> dict[str, Any]:
         grads = jax.tree_util.tree_map(lambda x: 0.1 * x, params)
         tx = opx.wrap(optax.adam, learning_rate=1e-3)
         raw_tx = optax.adam(1e-3)
-        names = tx.dynamic_argnames
-        hp = tuple(jax.tree_util.tree_leaves(tx))
+        hp = plain_hyperparams(tx)
         state = raw_tx.init(params)
-
-        def tiny_step_plain(hp: Any, p: Any, gr: Any, names: Any = names) -> Any:
-            kwargs: dict[str, Any] = dict(zip(names, hp))
-            return tiny_step(optax.adam(**kwargs), p, gr)
-
         f = jax.jit(tiny_step)
-        h = jax.jit(tiny_step_plain)
+        h = jax.jit(plain_tiny_step)
         g = jax.jit(lambda p, gr, raw_tx=raw_tx: tiny_step(raw_tx, p, gr))
-        t0 = time.perf_counter()
-        block((f(tx, params, grads), h(hp, params, grads), g(params, grads)))
-        compile_s = time.perf_counter() - t0
         steady = interleaved(
             {
                 "wrapped": lambda f=f, tx=tx, p=params, gr=grads: f(tx, p, gr),
@@ -918,33 +908,23 @@ def section_scaling(s: Settings, log: Callable[[str], None]) -> dict[str, Any]:
             s.micro_repeats,
             s.micro_seconds * 2,
         )
-        flat = interleaved(
-            {
-                "wrapped": lambda tx=tx, p=params, st=state: jax.tree_util.tree_flatten((tx, p, st)),
-                "plain": lambda hp=hp, p=params, st=state: jax.tree_util.tree_flatten((hp, p, st)),
-            },
-            s.micro_repeats,
-            s.micro_seconds,
-            pure=("wrapped", "plain"),
-        )
+        # tree_flatten of the jit arguments only.
+        fns = tree_fns((tx, params, state), (hp, params, state))
+        fns = {k: fns[k] for k in ("flatten", "flatten_plain")}
+        flat = interleaved(fns, s.micro_repeats, s.micro_seconds, pure=fns)
         row = {
             "n_leaves": n,
-            "compile_all_s": compile_s,
             "steady_wrapped_s": summary(steady["wrapped"]),
             "steady_plain_s": summary(steady["plain"]),
             "steady_raw_s": summary(steady["raw"]),
             "steady_ratio_to_plain": summary(ratios(steady["wrapped"], steady["plain"])),
             "steady_ratio_to_raw": summary(ratios(steady["wrapped"], steady["raw"])),
             "plain_ratio_to_raw": summary(ratios(steady["plain"], steady["raw"])),
-            "flatten_s": summary(flat["wrapped"]),
-            "flatten_plain_s": summary(flat["plain"]),
-            "flatten_overhead_s": summary([a - b for a, b in zip(flat["wrapped"], flat["plain"])]),
-            "flatten_ratio": summary(ratios(flat["wrapped"], flat["plain"])),
+            **compared(flat, "flatten"),
+            "stateful": _stateful_carried(params, grads, s),
         }
-        row["stateful"] = _stateful_carried(params, grads, s)
         rows.append(row)
-        if row["stateful"] is not None:
-            log(f"  {n} parameter leaves, (e) carried: {fmt(row['stateful']['step_ratio'])}")
+        log(f"  {n} parameter leaves, (e) carried: {fmt(row['stateful']['step_ratio'])}")
         log(
             f"  {n} parameter leaves: wrapped / plain {fmt(row['steady_ratio_to_plain'])}, "
             f"wrapped / raw {fmt(row['steady_ratio_to_raw'])}, "
@@ -967,19 +947,14 @@ def section_scaling(s: Settings, log: Callable[[str], None]) -> dict[str, Any]:
             return optax.chain(*[m() for _, m in picks])
 
         tx = wrapped_chain()
-        leaves, treedef = jax.tree_util.tree_flatten(tx)
-        plain = tuple(leaves)
+        leaves = jax.tree_util.tree_leaves(tx)
+        flat = tree_fns(tx, tuple(leaves))
+        del flat["unflatten_plain"]  # not reported for chains
         t = interleaved(
-            {
-                "wrap": wrapped_chain,
-                "optax.chain": raw_chain,
-                "flatten": lambda tx=tx: jax.tree_util.tree_flatten(tx),
-                "flatten_tuple": lambda plain=plain: jax.tree_util.tree_flatten(plain),
-                "unflatten": lambda td=treedef, lv=leaves: jax.tree_util.tree_unflatten(td, lv),
-            },
+            {"wrap": wrapped_chain, "optax.chain": raw_chain, **flat},
             s.micro_repeats,
             s.micro_seconds,
-            pure=("flatten", "flatten_tuple", "unflatten"),
+            pure=flat,
         )
         row = {
             "n_transforms": k,
@@ -990,7 +965,7 @@ def section_scaling(s: Settings, log: Callable[[str], None]) -> dict[str, Any]:
             "wrap_ratio_to_optax": summary(ratios(t["wrap"], t["optax.chain"])),
             "flatten_s": summary(t["flatten"]),
             "flatten_per_leaf_s": summary([x / len(leaves) for x in t["flatten"]]),
-            "flatten_ratio_to_tuple": summary(ratios(t["flatten"], t["flatten_tuple"])),
+            "flatten_ratio_to_tuple": summary(ratios(t["flatten"], t["flatten_plain"])),
             "unflatten_s": summary(t["unflatten"]),
         }
         chains.append(row)
@@ -1016,14 +991,27 @@ def _check(ok: bool) -> str:
     return "PASS" if ok else "MISS"
 
 
+def _on_median(
+    section: int,
+    what: str,
+    stat: dict[str, Any],
+    target: str,
+    limit: float,
+    op: Callable[[float, float], bool] = operator.le,
+    *,
+    digits: int = 3,
+    na: str = "",
+) -> Target:
+    """PASS when ``op(median of stat, limit)``; n/a, with ``na`` as the note, when ``na`` is given."""
+    status = "n/a" if na else _check(op(stat["median"], limit))
+    return Target(section, what, fmt(stat, digits), target, status, na)
+
+
 def targets(res: dict[str, Any], s: Settings) -> list[Target]:
     out: list[Target] = []
-    full_n = s.n_configs == FULL.n_configs
     if "1" in res:
         r1 = res["1"]["approaches"]
         for key in ("d", "d_eqx", "e", "e_eqx"):
-            if key not in r1:
-                continue
             a = r1[key]
             traces, compiles = max(a["traces"]), max(a["compiles"])
             out.append(
@@ -1036,123 +1024,96 @@ def targets(res: dict[str, Any], s: Settings) -> list[Target]:
                 )
             )
         for key in ("d", "e"):
-            if key in r1:
-                a = r1[key]
-                out.append(
-                    Target(
-                        1,
-                        f"wall time, {s.n_configs} configurations, {a['label'][:3]} / (b)",
-                        fmt(a["ratio_to_b"]),
-                        f"≤ 0.12 (N = {FULL.n_configs})",
-                        _check(a["ratio_to_b"]["median"] <= 0.12) if full_n else "n/a",
-                        "" if full_n else f"quick mode: N = {s.n_configs}",
-                    )
-                )
-        if "e" not in r1:
+            a = r1[key]
             out.append(
-                Target(
+                _on_median(
                     1,
-                    "(e) wrapped with state",
-                    "skipped",
-                    "exactly 1; ≤ 0.12",
-                    "n/a",
-                    res["1"]["stateful"] or "",
+                    f"wall time, {s.n_configs} configurations, {a['label'][:3]} / (b)",
+                    a["ratio_to_b"],
+                    f"≤ 0.12 (N = {FULL.n_configs})",
+                    0.12,
+                    na=f"quick mode: N = {s.n_configs}" if s.quick else "",
                 )
             )
     if "2" in res:
         r2 = res["2"]
         for key in ("d", "e"):
-            if key in r2["approaches"]:
-                a = r2["approaches"][key]
-                out.append(
-                    Target(
-                        2,
-                        f"steady state, {a['label'][:3]} / (b)",
-                        fmt(a["ratio_to_b"]),
-                        "median ≤ 1.02",
-                        _check(a["ratio_to_b"]["median"] <= 1.02),
-                    )
-                )
-            if key in r2["cost"]:
-                c = r2["cost"][key]
-                df, db = c.get("rel_diff_flops", float("nan")), c.get("rel_diff_bytes accessed", float("nan"))
-                out.append(
-                    Target(
-                        2, f"XLA flops, {key} vs (b)", f"{df:+.4%}", "within 0.2%", _check(abs(df) <= 0.002)
-                    )
-                )
-                out.append(
-                    Target(
-                        2,
-                        f"XLA bytes accessed, {key} vs (b)",
-                        f"{db:+.4%}",
-                        "within 0.1%",
-                        _check(abs(db) <= 0.001),
-                    )
-                )
-    if "3" in res:
-        d = res["3"]["jax.jit"]["ratio"]
-        out.append(
-            Target(
-                3,
-                "dispatch, wrapped / plain hyperparameter arrays (jax.jit)",
-                fmt(d),
-                "≤ 1.0",
-                _check(d["median"] <= 1.0),
+            a = r2["approaches"][key]
+            out.append(
+                _on_median(2, f"steady state, {a['label'][:3]} / (b)", a["ratio_to_b"], "median ≤ 1.02", 1.02)
             )
-        )
-        st = res["3"]["stateful"]
-        if st is not None:
+            c = r2["cost"][key]
+            df, db = c.get("rel_diff_flops", float("nan")), c.get("rel_diff_bytes accessed", float("nan"))
+            out.append(
+                Target(2, f"XLA flops, {key} vs (b)", f"{df:+.4%}", "within 0.2%", _check(abs(df) <= 0.002))
+            )
             out.append(
                 Target(
-                    3,
-                    "dispatch, (e) carried through jax.jit / plain (arrays, state)",
-                    fmt(st["step_ratio"]),
-                    "≤ 1.0",
-                    _check(st["step_ratio"]["median"] <= 1.0),
+                    2,
+                    f"XLA bytes accessed, {key} vs (b)",
+                    f"{db:+.4%}",
+                    "within 0.1%",
+                    _check(abs(db) <= 0.001),
                 )
             )
+    if "3" in res:
+        r3 = res["3"]
+        out.append(
+            _on_median(
+                3,
+                "dispatch, wrapped / plain hyperparameter arrays (jax.jit)",
+                r3["jax.jit"]["ratio"],
+                "≤ 1.0",
+                1.0,
+            )
+        )
+        out.append(
+            _on_median(
+                3,
+                "dispatch, (e) carried through jax.jit / plain (arrays, state)",
+                r3["stateful"]["step_ratio"],
+                "≤ 1.0",
+                1.0,
+            )
+        )
     if "4" in res:
         c = res["4"]["wrap (cached)"]["ratio_to_inject"]
         out.append(
-            Target(
-                4, "construction, cached wrap / inject_hyperparams", fmt(c), "< 1", _check(c["median"] < 1.0)
-            )
+            _on_median(4, "construction, cached wrap / inject_hyperparams", c, "< 1", 1.0, operator.lt)
         )
     if "5" in res:
-        full_sweep = s.sweep_configs == FULL.sweep_configs
         for k in ("wrapped, vmap", "wrapped, Python loop"):
-            sp = res["5"][k]["speedup_vs_raw"]
             out.append(
-                Target(
+                _on_median(
                     5,
                     f"sweep of {s.sweep_configs} end to end, raw loop / {k}",
-                    fmt(sp, 2),
+                    res["5"][k]["speedup_vs_raw"],
                     f"≥ 5x ({FULL.sweep_configs} configurations)",
-                    _check(sp["median"] >= 5.0) if full_sweep else "n/a",
-                    "" if full_sweep else f"quick mode: {s.sweep_configs} configurations",
+                    5.0,
+                    operator.ge,
+                    digits=2,
+                    na=f"quick mode: {s.sweep_configs} configurations" if s.quick else "",
                 )
             )
     if "6" in res:
         rows = res["6"]["param_tree"]
         for row in rows:
             out.append(
-                Target(
+                _on_median(
                     6,
                     f"one step, wrapped / plain arrays, {row['n_leaves']} parameter leaves",
-                    fmt(row["steady_ratio_to_plain"]),
+                    row["steady_ratio_to_plain"],
                     "median ≤ 1.02",
-                    _check(row["steady_ratio_to_plain"]["median"] <= 1.02),
+                    1.02,
                 )
             )
         lo, hi = rows[0], rows[-1]
-        growth = [("flatten", "flatten of (tx, params, state)", lo, hi)]
-        if hi["stateful"] is not None:
-            growth += [
-                ("flatten", "(e) flatten of opt", lo["stateful"], hi["stateful"]),
-                ("unflatten", "(e) unflatten of opt", lo["stateful"], hi["stateful"]),
-                ("step", "(e) carried step", lo["stateful"], hi["stateful"]),
-            ]
+        growth = [
+            ("flatten", "flatten of (tx, params, state)", lo, hi),
+            ("flatten", "(e) flatten of opt", lo["stateful"], hi["stateful"]),
+            ("unflatten", "(e) unflatten of opt", lo["stateful"], hi["stateful"]),
+            ("step", "(e) carried step", lo["stateful"], hi["stateful"]),
+        ]
         for key, what, a, b in growth:
             grow = b[f"{key}_overhead_s"]["median"] - a[f"{key}_overhead_s"]["median"]
             plain = b[f"{key}_plain_s"]["median"]
@@ -1191,23 +1152,36 @@ def _us(stat: dict[str, Any], digits: int = 1) -> str:
     return fmt(stat, digits, 1e6)
 
 
+def _table(header: str, rows: Iterable[Sequence[Any]]) -> list[str]:
+    """A markdown table: ``header`` (cells joined by `` | ``), its ``|---|`` separator, the rows."""
+    lines = [f"| {header} |", "|" + "---|" * len(header.split(" | "))]
+    return lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+
+
 def _stateful_lines(rows: list[tuple[str, dict[str, Any]]]) -> list[str]:
-    lines = [
+    return [
         "",
         "(e) with its state carried through `jax.jit` (`params, opt = step(opt, params, grads)`), "
         "against the same loop carrying `(tuple of hyperparameter arrays, optax state)`:",
         "",
-        "| parameters | step (us) | plain (us) | step ratio | flatten (us) | flatten ratio | "
-        "unflatten (us) | unflatten ratio |",
-        "|---|---|---|---|---|---|---|---|",
+        *_table(
+            "parameters | step (us) | plain (us) | step ratio | flatten (us) | flatten ratio | "
+            "unflatten (us) | unflatten ratio",
+            [
+                [
+                    name,
+                    _us(st["step_s"]),
+                    _us(st["step_plain_s"]),
+                    fmt(st["step_ratio"]),
+                    _us(st["flatten_s"], 2),
+                    fmt(st["flatten_ratio"], 2),
+                    _us(st["unflatten_s"], 2),
+                    fmt(st["unflatten_ratio"], 2),
+                ]
+                for name, st in rows
+            ],
+        ),
     ]
-    for name, st in rows:
-        lines.append(
-            f"| {name} | {_us(st['step_s'])} | {_us(st['step_plain_s'])} | {fmt(st['step_ratio'])} | "
-            f"{_us(st['flatten_s'], 2)} | {fmt(st['flatten_ratio'], 2)} | {_us(st['unflatten_s'], 2)} | "
-            f"{fmt(st['unflatten_ratio'], 2)} |"
-        )
-    return lines
 
 
 def markdown(res: dict[str, Any], meta: dict[str, Any], tgts: list[Target]) -> str:
@@ -1223,12 +1197,14 @@ def markdown(res: dict[str, Any], meta: dict[str, Any], tgts: list[Target]) -> s
         "",
         "## Targets",
         "",
-        "| § | measurement | measured | target | result |",
-        "|---|---|---|---|---|",
+        *_table(
+            "§ | measurement | measured | target | result",
+            [
+                [t.section, t.what, t.measured, t.target, f"{t.status} ({t.note})" if t.note else t.status]
+                for t in tgts
+            ],
+        ),
     ]
-    for t in tgts:
-        status = f"{t.status} ({t.note})" if t.note else t.status
-        lines.append(f"| {t.section} | {t.what} | {t.measured} | {t.target} | {status} |")
     if "1" in res:
         r = res["1"]
         lines += [
@@ -1236,48 +1212,60 @@ def markdown(res: dict[str, Any], meta: dict[str, Any], tgts: list[Target]) -> s
             f"## 1. Compilations and wall time: {r['n_configs']} learning rates, MLP of {r['n_params']:,} "
             f"parameters, batch {BATCH}, {STEPS} steps in lax.scan ({r['rounds']} round(s))",
             "",
-            "| approach | traces | XLA compilations | of which compiling (s) | wall time (s) | ratio to (b) "
-            "| max abs loss diff vs (b) |",
-            "|---|---|---|---|---|---|---|",
+            *_table(
+                "approach | traces | XLA compilations | of which compiling (s) | wall time (s) | "
+                "ratio to (b) | max abs loss diff vs (b)",
+                [
+                    [
+                        a["label"],
+                        max(a["traces"]),
+                        max(a["compiles"]),
+                        fmt(a["compile_time"], 2),
+                        fmt(a["wall"], 2),
+                        fmt(a["ratio_to_b"]),
+                        f"{a['max_abs_loss_diff_vs_b']:.1e}",
+                    ]
+                    for a in r["approaches"].values()
+                ],
+            ),
         ]
-        for a in r["approaches"].values():
-            lines.append(
-                f"| {a['label']} | {max(a['traces'])} | {max(a['compiles'])} | {fmt(a['compile_time'], 2)} | "
-                f"{fmt(a['wall'], 2)} | "
-                f"{fmt(a['ratio_to_b'])} | {a['max_abs_loss_diff_vs_b']:.1e} |"
-            )
-        if r["stateful"]:
-            lines.append(f"| (e) wrapped with state | skipped: {r['stateful']} | | | | | |")
     if "2" in res:
         r = res["2"]
         lines += [
             "",
             "## 2. Steady state (compiled; paired with (b), ABBA)",
             "",
-            "| approach | per call (ms) | (b) per call (ms) | ratio to (b), wall | ratio to (b), CPU time |",
-            "|---|---|---|---|---|",
-        ]
-        for a in r["approaches"].values():
-            lines.append(
-                f"| {a['label']} | {fmt(a['per_call_s'], 2, 1e3)} | "
-                f"{fmt(a['reference_per_call_s'], 2, 1e3)} | {fmt(a['ratio_to_b'])} | "
-                f"{fmt(a['cpu_ratio_to_b'])} |"
-            )
-        lines += [
+            *_table(
+                "approach | per call (ms) | (b) per call (ms) | ratio to (b), wall | ratio to (b), CPU time",
+                [
+                    [
+                        a["label"],
+                        fmt(a["per_call_s"], 2, 1e3),
+                        fmt(a["reference_per_call_s"], 2, 1e3),
+                        fmt(a["ratio_to_b"]),
+                        fmt(a["cpu_ratio_to_b"]),
+                    ]
+                    for a in r["approaches"].values()
+                ],
+            ),
             "",
             "XLA cost analysis of the compiled program (noise-free):",
             "",
-            "| program | flops | bytes accessed | transcendentals | flops vs (b) | bytes vs (b) |",
-            "|---|---|---|---|---|---|",
+            *_table(
+                "program | flops | bytes accessed | transcendentals | flops vs (b) | bytes vs (b)",
+                [
+                    [
+                        "(b) optax, closure" if key == "b" else c["label"],
+                        f"{c.get('flops', 0):,.0f}",
+                        f"{c.get('bytes accessed', 0):,.0f}",
+                        f"{c.get('transcendentals', 0):,.0f}",
+                        f"{c['rel_diff_flops']:+.4%}" if "rel_diff_flops" in c else "",
+                        f"{c['rel_diff_bytes accessed']:+.4%}" if "rel_diff_bytes accessed" in c else "",
+                    ]
+                    for key, c in r["cost"].items()
+                ],
+            ),
         ]
-        for key, c in r["cost"].items():
-            rel_f = f"{c['rel_diff_flops']:+.4%}" if "rel_diff_flops" in c else ""
-            rel_b = f"{c['rel_diff_bytes accessed']:+.4%}" if "rel_diff_bytes accessed" in c else ""
-            label = "(b) optax, closure" if key == "b" else c["label"]
-            lines.append(
-                f"| {label} | {c.get('flops', 0):,.0f} | {c.get('bytes accessed', 0):,.0f} | "
-                f"{c.get('transcendentals', 0):,.0f} | {rel_f} | {rel_b} |"
-            )
     if "3" in res:
         r = res["3"]
         lines += [
@@ -1285,52 +1273,69 @@ def markdown(res: dict[str, Any], meta: dict[str, Any], tgts: list[Target]) -> s
             f"## 3. Dispatch: adam init + one update on 3 parameters "
             f"({r['n_hyperparameter_leaves']} hyperparameter leaves)",
             "",
-            "| jit | wrapped (us) | plain tuple of arrays (us) | ratio |",
-            "|---|---|---|---|",
-        ]
-        for jit_name in ("jax.jit", "eqx.filter_jit"):
-            d = r[jit_name]
-            lines.append(f"| {jit_name} | {_us(d['wrapped_s'])} | {_us(d['plain_s'])} | {fmt(d['ratio'])} |")
-        lines += [
+            *_table(
+                "jit | wrapped (us) | plain tuple of arrays (us) | ratio",
+                [
+                    [j, _us(r[j]["wrapped_s"]), _us(r[j]["plain_s"]), fmt(r[j]["ratio"])]
+                    for j in ("jax.jit", "eqx.filter_jit")
+                ],
+            ),
             "",
-            "| pytree | leaves | flatten (us) | vs tuple | unflatten (us) | vs tuple |",
-            "|---|---|---|---|---|---|",
+            *_table(
+                "pytree | leaves | flatten (us) | vs tuple | unflatten (us) | vs tuple",
+                [
+                    [
+                        row["what"],
+                        row["n_leaves"],
+                        _us(row["flatten_s"], 2),
+                        fmt(row["flatten_ratio"], 2),
+                        _us(row["unflatten_s"], 2),
+                        fmt(row["unflatten_ratio"], 2),
+                    ]
+                    for row in r["flatten"]
+                ],
+            ),
+            *_stateful_lines([("3 floats, 1 leaf", r["stateful"])]),
         ]
-        for row in r["flatten"]:
-            lines.append(
-                f"| {row['what']} | {row['n_leaves']} | {_us(row['flatten_s'], 2)} | "
-                f"{fmt(row['flatten_ratio'], 2)} | {_us(row['unflatten_s'], 2)} | "
-                f"{fmt(row['unflatten_ratio'], 2)} |"
-            )
-        if r["stateful"] is not None:
-            lines += _stateful_lines([("3 floats, 1 leaf", r["stateful"])])
     if "4" in res:
         r = res["4"]
         lines += [
             "",
             "## 4. Construction",
             "",
-            "| call | time (us) | ratio to inject_hyperparams |",
-            "|---|---|---|",
+            *_table(
+                "call | time (us) | ratio to inject_hyperparams | ratio to optax.adam",
+                [
+                    [
+                        k,
+                        _us(v["s"]),
+                        fmt(v["ratio_to_inject"], 2) if "ratio_to_inject" in v else "",
+                        fmt(v["ratio_to_optax_adam"], 2) if "ratio_to_optax_adam" in v else "",
+                    ]
+                    for k, v in r.items()
+                ],
+            ),
         ]
-        for k, v in r.items():
-            ratio = fmt(v["ratio_to_inject"], 2) if "ratio_to_inject" in v else ""
-            lines.append(f"| {k} | {_us(v['s'])} | {ratio} |")
     if "5" in res:
         r = res["5"]
         lines += [
             "",
             f"## 5. Sweep of {r['n_configs']} learning rates, end to end ({r['rounds']} round(s))",
             "",
-            "| approach | time (s) | XLA compilations | speedup vs raw loop | max abs loss diff |",
-            "|---|---|---|---|---|",
+            *_table(
+                "approach | time (s) | XLA compilations | speedup vs raw loop | max abs loss diff",
+                [
+                    [
+                        k,
+                        fmt(r[k]["s"], 2),
+                        max(r[k]["compiles"]),
+                        fmt(r[k]["speedup_vs_raw"], 2),
+                        f"{r[k]['max_abs_loss_diff_vs_raw']:.1e}",
+                    ]
+                    for k in ("raw optax loop", "wrapped, Python loop", "wrapped, vmap")
+                ],
+            ),
         ]
-        for k in ("raw optax loop", "wrapped, Python loop", "wrapped, vmap"):
-            v = r[k]
-            lines.append(
-                f"| {k} | {fmt(v['s'], 2)} | {max(v['compiles'])} | {fmt(v['speedup_vs_raw'], 2)} | "
-                f"{v['max_abs_loss_diff_vs_raw']:.1e} |"
-            )
     if "6" in res:
         r = res["6"]
         lines += [
@@ -1339,42 +1344,49 @@ def markdown(res: dict[str, Any], meta: dict[str, Any], tgts: list[Target]) -> s
             "",
             "Parameter tree of n leaves of 8 floats, adam init + one update, jitted: wrapped (d), "
             "the same function with the hyperparameters as a plain tuple of arrays, and raw optax "
-            "with constant hyperparameters (b); then `tree_flatten` of the jit arguments "
+            "with constant hyperparameters; then `tree_flatten` of the jit arguments "
             "`(tx, params, state)` against `(tuple of hyperparameter arrays, params, state)`:",
             "",
-            "| leaves | (d) per call (us) | (d) / plain arrays | (d) / (b) | plain arrays / (b) | "
-            "flatten (us) | same, plain tuple (us) | overhead (us) |",
-            "|---|---|---|---|---|---|---|---|",
-        ]
-        for row in r["param_tree"]:
-            lines.append(
-                f"| {row['n_leaves']} | {_us(row['steady_wrapped_s'])} | "
-                f"{fmt(row['steady_ratio_to_plain'])} | "
-                f"{fmt(row['steady_ratio_to_raw'])} | {fmt(row['plain_ratio_to_raw'])} | "
-                f"{_us(row['flatten_s'])} | {_us(row['flatten_plain_s'])} | "
-                f"{_us(row['flatten_overhead_s'], 2)} |"
-            )
-        stateful = [
-            (f"{row['n_leaves']} leaves", row["stateful"]) for row in r["param_tree"] if row["stateful"]
-        ]
-        if stateful:
-            lines += _stateful_lines(stateful)
-        lines += [
+            *_table(
+                "leaves | (d) per call (us) | (d) / plain arrays | (d) / raw optax | "
+                "plain arrays / raw optax | flatten (us) | same, plain tuple (us) | overhead (us)",
+                [
+                    [
+                        row["n_leaves"],
+                        _us(row["steady_wrapped_s"]),
+                        fmt(row["steady_ratio_to_plain"]),
+                        fmt(row["steady_ratio_to_raw"]),
+                        fmt(row["plain_ratio_to_raw"]),
+                        _us(row["flatten_s"]),
+                        _us(row["flatten_plain_s"]),
+                        _us(row["flatten_overhead_s"], 2),
+                    ]
+                    for row in r["param_tree"]
+                ],
+            ),
+            *_stateful_lines([(f"{row['n_leaves']} leaves", row["stateful"]) for row in r["param_tree"]]),
             "",
             "Wrapped `optax.chain` of k transforms (cached wrap of the children and the chain):",
             "",
-            "| k | leaves | wrap (us) | per transform (us) | optax.chain (us) | flatten (us) | "
-            "per leaf (us) | flatten vs tuple | unflatten (us) |",
-            "|---|---|---|---|---|---|---|---|---|",
+            *_table(
+                "k | leaves | wrap (us) | per transform (us) | optax.chain (us) | flatten (us) | "
+                "per leaf (us) | flatten vs tuple | unflatten (us)",
+                [
+                    [
+                        row["n_transforms"],
+                        row["n_leaves"],
+                        _us(row["wrap_s"]),
+                        _us(row["wrap_per_transform_s"]),
+                        _us(row["optax_chain_s"]),
+                        _us(row["flatten_s"], 2),
+                        _us(row["flatten_per_leaf_s"], 2),
+                        fmt(row["flatten_ratio_to_tuple"], 2),
+                        _us(row["unflatten_s"], 2),
+                    ]
+                    for row in r["chain"]
+                ],
+            ),
         ]
-        for row in r["chain"]:
-            lines.append(
-                f"| {row['n_transforms']} | {row['n_leaves']} | {_us(row['wrap_s'])} | "
-                f"{_us(row['wrap_per_transform_s'])} | {_us(row['optax_chain_s'])} | "
-                f"{_us(row['flatten_s'], 2)} | "
-                f"{_us(row['flatten_per_leaf_s'], 2)} | {fmt(row['flatten_ratio_to_tuple'], 2)} | "
-                f"{_us(row['unflatten_s'], 2)} |"
-            )
     return "\n".join(lines) + "\n"
 
 
@@ -1432,8 +1444,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"compile counting: {counting['method']}; cross-check with jax_log_compiles "
         f"{'agrees' if counting['agree'] else 'DISAGREES'} {counting['calls']}"
     )
-    if stateful_factory() is None:
-        log(f"(e) skipped: {stateful_skip_reason()}")
     results: dict[str, Any] = {}
     for key in chosen:
         title, fn = SECTIONS[key]
