@@ -67,7 +67,8 @@ def public_names(module: types.ModuleType) -> list[str]:
     """``__all__`` and every other public name (optax's ``__all__`` misses some)."""
     names: set[str] = set(getattr(module, "__all__", ()))
     names.update(n for n in dir(module) if not n.startswith("_"))
-    return sorted(n for n in names if not inspect.ismodule(getattr(module, n, None)))
+    # Quietly: reading a deprecated name warns, and listing names is no use of them.
+    return sorted(n for n in names if not inspect.ismodule(get_quietly(module, n)[0]))
 
 
 def get_quietly(module: types.ModuleType, name: str) -> tuple[Any, bool]:

@@ -20,8 +20,9 @@ import jax
 import numpy as np
 
 from . import _leaves
+from ._bind import public_name
+from ._classify import STATIC, is_wrapped
 from ._stateful import PyTreeTransformationWithState
-from ._wrap import STATIC, _public_name, is_wrapped  # pyright: ignore[reportPrivateUsage]
 
 __all__ = ["checkpoint_signature", "restore_checkpoint", "save_checkpoint"]
 
@@ -53,7 +54,7 @@ def _render(value: Any) -> str:
     if isinstance(value, np.dtype):
         return f"dtype({value.name})"
     if isinstance(value, type) or (callable(value) and hasattr(value, "__qualname__")):
-        return _public_name(value)
+        return public_name(value)
     return _ADDRESS.sub("", repr(value))
 
 
@@ -67,6 +68,8 @@ def _describe_node(x: Any) -> str:
             parts.append(f"{name}={_render(spec.static[name])}")
         elif name in spec.templates:  # a container of wrapped values: its static part
             parts.append(f"{name}={_render(spec.templates[name].template)}")
+    if spec.guards:  # the branches its guarded values take
+        parts.append(f"guards=[{'; '.join(spec.guard_text())}]")
     return f"{spec.info.name}({', '.join(parts)})"
 
 

@@ -1,31 +1,54 @@
-"""Automatic static detection: which numeric arguments a factory needs concrete.
+"""Step 2c, detect: which numeric arguments a factory needs concrete, and which it guards.
 
-Some numeric hyperparameters cannot be tracers: ``optax.lbfgs`` allocates
-``memory_size`` rows, ``optax.adafactor`` compares ``min_dim_size_to_factor``
-with parameter shapes in a Python ``if``, ``optax.lookahead`` checks
-``sync_period`` in a Python ``if`` at construction. Annotations do not tell
-(``sync_period`` is annotated array-like), so we ask the factory itself.
+Some numeric hyperparameters cannot be leaves: ``optax.lbfgs`` allocates
+``memory_size`` rows, ``optax.contrib.galore`` slices with ``rank``, the
+one-cycle schedules make dict keys of ``int(pct_start * transition_steps)``.
+Others are only compared (see ``_guard``). Annotations do not tell, so the
+factory itself is asked.
 
 The probe runs the factory, then ``init`` and ``update`` of what it returns
-(or the schedule at a step count), under ``jax.eval_shape`` with some numeric
-arguments abstract. With every candidate concrete the run must succeed; with
-all abstract, it usually does too, and then nothing is static. Otherwise a
-bisection over the candidates finds, one at a time, an argument whose being
-abstract breaks the run, makes it static, and starts again: a maximal set of
-arguments stays dynamic. ``eval_shape`` compiles nothing; the result is cached
-per factory and configuration by the caller.
+(or the schedule at a step count), under ``jax.eval_shape`` (nothing is
+compiled), on stand-in parameters shaped like the masks and labels found
+anywhere in the configuration (children included), and with each candidate
+argument in one of four modes:
+
+- ``keep``: a :class:`~optax_pytree._guard.Guarded` stand-in, kept in the
+  closures (comparisons at construction and at call time are guards);
+- ``construct``: a stand-in while the factory runs, its leaf afterwards;
+- ``raw``: the abstract leaf itself (a traced value, as before guards);
+- ``static``: the concrete value.
+
+Every candidate starts as ``keep``. A stand-in used as a concrete value
+(``int()``, a shape, a dict key) makes its argument static at once; one that
+reached a JAX function goes down a mode; any other failure is found by
+bisection (with everything else as it is) and that argument goes down a
+mode. The result (the modes, the guards recorded, the static arguments) is an
+:class:`Analysis`, cached by the caller per configuration and reused for
+every value that takes the same branches.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
+
+from . import _bind, _guard, _static
+from ._bind import FactoryInfo, Warned
+from ._leaves import is_tracer, python_value, static_form
+
+STATIC = "static"
+RAW = "raw"
+CONSTRUCT = "construct"
+KEEP = "keep"
+_DOWN = {KEEP: CONSTRUCT, CONSTRUCT: RAW, RAW: STATIC}
 
 # How far the probe drives what the factory returns, deepest first: update
 # with the extra arguments of optax's line searches and Polyak/plateau rules,
@@ -50,18 +73,33 @@ def _default_param_shapes() -> list[Any]:
     ]
 
 
+def _other_dims(params: Any) -> Any:
+    """The same structure with other sizes: are the guards independent of the shapes?"""
+    return jax.tree_util.tree_map(
+        lambda s: jax.ShapeDtypeStruct(tuple(d + 3 for d in s.shape), s.dtype), params
+    )
+
+
 def as_transformation(built: Any) -> optax.GradientTransformationExtraArgs:
-    """The optax transformation behind what a factory returned."""
+    """The optax transformation behind what a factory returned.
+
+    An object with ``init``/``update`` of its own (``optax.MultiSteps``) is
+    used as it is: its ``update`` takes the extra arguments itself and passes
+    them on (its ``gradient_transformation()`` would drop them).
+    """
     if isinstance(built, optax.GradientTransformation):
         return optax.with_extra_args_support(built)
-    to_tx = getattr(built, "gradient_transformation", None)
-    if callable(to_tx):  # optax.MultiSteps and friends
-        inner: Any = to_tx()
-        return optax.with_extra_args_support(inner)
-    return optax.GradientTransformationExtraArgs(built.init, built.update)
+    update = built.update
+    try:
+        takes_extra = any(p.kind is p.VAR_KEYWORD for p in inspect.signature(update).parameters.values())
+    except (TypeError, ValueError):
+        takes_extra = False
+    if takes_extra:
+        return optax.GradientTransformationExtraArgs(built.init, update)
+    return optax.with_extra_args_support(optax.GradientTransformation(built.init, update))
 
 
-def _exercise(built: Any, kind: str, level: str, params: Any, count: Any, value: Any) -> Any:
+def exercise(built: Any, kind: str, level: str, params: Any, count: Any, value: Any) -> Any:
     if level == "build":
         return None
     if kind == "schedule":
@@ -83,39 +121,86 @@ def _spec(x: Any) -> Any:
     )
 
 
+def stand_in_params(values: Sequence[Any]) -> list[Any]:
+    """Stand-in parameters shaped like the masks and labels among ``values``.
+
+    ``values`` are static arguments, anywhere in a configuration: a dict mask
+    of bools or labels of strings tells the parameters' structure.
+    """
+    out = []
+    for value in values:
+        if callable(value) or not isinstance(value, (dict, list, tuple)) or not value:
+            continue
+        leaves = jax.tree_util.tree_leaves(value)
+        if leaves and all(isinstance(x, (bool, np.bool_, str)) for x in leaves):
+            stand_in = jax.tree_util.tree_map(lambda _: jax.ShapeDtypeStruct((4, 3), jnp.float32), value)
+            if all(jax.tree_util.tree_structure(stand_in) != jax.tree_util.tree_structure(o) for o in out):
+                out.append(stand_in)
+    return out
+
+
+class Run:
+    __slots__ = ("ctx", "error")
+
+    def __init__(self, error: BaseException | None, ctx: _guard.Context | None):
+        self.error = error
+        self.ctx = ctx
+
+
 class Probe:
-    """Runs a factory with a chosen subset of its numeric arguments abstract."""
+    """Runs a factory with each candidate argument in a chosen mode."""
 
     def __init__(
         self,
-        make: Callable[[dict[str, Any]], Any],
+        info: FactoryInfo,
         kind: str,
+        base: dict[str, Any],
         concrete: dict[str, Any],
-        abstract: dict[str, Any],
+        leaves: dict[str, Any],
         param_shapes: Sequence[Any] = (),
     ):
-        self.make = make  # dict of candidate values -> what the factory returns
+        self.info = info
         self.kind = kind
-        self.concrete = concrete  # candidate name -> value as given (static form)
-        self.abstract = {n: _spec(v) for n, v in abstract.items()}  # -> leaf spec
+        self.base = base  # every non-candidate argument, ready to call with
+        self.concrete = {n: static_form(v) for n, v in concrete.items()}  # candidate -> static form
+        self.abstract = {n: _spec(v) for n, v in leaves.items()}  # candidate -> leaf spec
+        self.pyvals = {n: python_value(v) for n, v in concrete.items()}
         self.param_shapes = [*param_shapes, *_default_param_shapes()]
         self.level: str | None = None
         self.params: Any = None
 
-    def run(self, dynamic: Sequence[str], level: str, params: Any) -> BaseException | None:
-        fixed = {n: v for n, v in self.concrete.items() if n not in dynamic}
+    def run(self, modes: Mapping[str, str], level: str | None = None, params: Any = None) -> Run:
+        if level is None:
+            assert self.level is not None, "baseline() first"
+            level, params = self.level, self.params if params is None else params
+        holder: list[_guard.Context] = []
+        info, at = self.info, level
 
         def fn(dyn: dict[str, Any], params: Any, count: Any, value: Any) -> Any:
-            return _exercise(self.make({**fixed, **dyn}), self.kind, level, params, count, value)
+            ctx = _guard.Context(info.name, record=True)
+            holder.append(ctx)
+            args = dict(self.base)
+            for n, mode in modes.items():
+                if mode == STATIC:
+                    args[n] = self.concrete[n]
+                elif mode == RAW:
+                    args[n] = dyn[n]
+                else:
+                    args[n] = _guard.Guarded(ctx, (_guard.ARG, n), dyn[n], self.pyvals[n])
+            built = _bind.call_quietly(info, args)
+            built = _guard.detach(built, frozenset(n for n, m in modes.items() if m == KEEP))
+            ctx.phase = "call"
+            return _guard.unwrap(exercise(built, self.kind, at, params, count, value))
 
         args = (
-            {n: self.abstract[n] for n in dynamic},
+            {n: self.abstract[n] for n, m in modes.items() if m != STATIC},
             params,
             jax.ShapeDtypeStruct((), jnp.int32),
             jax.ShapeDtypeStruct((), jnp.float32),
         )
         absl = logging.getLogger("absl")
         absl_level = absl.level
+        error: BaseException | None = None
         try:
             # The factory's warnings and log lines are the user's to see once,
             # when they use it, not once per probe run.
@@ -124,49 +209,218 @@ class Probe:
                 warnings.simplefilter("ignore")
                 jax.eval_shape(fn, *args)
         except Exception as e:  # noqa: BLE001 - any failure counts: that is the point
-            return e
+            error = e
         finally:
             absl.setLevel(absl_level)
-        return None
+        return Run(error, holder[-1] if holder else None)
 
     def baseline(self) -> bool:
         """Finds the deepest run that succeeds with every candidate concrete."""
+        static = dict.fromkeys(self.concrete, STATIC)
         for level in _LEVELS[self.kind]:
-            uses_params = level != "build"
-            for params in self.param_shapes if uses_params else [None]:
-                if self.run((), level, params) is None:
+            for params in self.param_shapes if level != "build" else [None]:
+                if self.run(static, level, params).error is None:
                     self.level, self.params = level, params
                     return True
         return False
 
-    def ok(self, dynamic: Sequence[str]) -> bool:
-        assert self.level is not None
-        return self.run(dynamic, self.level, self.params) is None
 
+class Analysis:
+    """What the probe found for one configuration and one branch of its values.
 
-def detect_static(probe: Probe, candidates: Sequence[str]) -> tuple[str, ...] | None:
-    """The candidates that must be static, or None where the probe cannot decide.
-
-    It cannot decide when the factory fails even with every argument concrete
-    under the probe's stand-in parameters (a transformation that needs a
-    particular parameter structure, say); then nothing is made static here and
-    a failure at trace time says which argument to mark static.
+    ``static``: candidates the factory needs concrete; ``modes``: guarded
+    candidates -> ``keep`` or ``construct``; ``guards``: the recorded
+    comparisons and their outcomes; ``undecided``: the probe could not run
+    ``init``/``update`` (its stand-in parameters did not fit), so a failure at
+    trace time names the dynamic arguments; ``warned``: what the factory
+    warned when called.
     """
-    dynamic = list(candidates)
-    if not dynamic:
-        return ()
+
+    __slots__ = ("guards", "kind", "modes", "static", "static_key", "undecided", "warned")
+
+    def __init__(
+        self,
+        kind: str,
+        static: tuple[str, ...] = (),
+        modes: dict[str, str] | None = None,
+        guards: tuple[tuple[_guard.Key, bool], ...] = (),
+        undecided: bool = False,
+        warned: tuple[Warned, ...] = (),
+        values: Mapping[str, Any] | None = None,
+    ):
+        self.kind = kind
+        self.static = static
+        self.modes = modes or {}
+        self.guards = guards
+        self.undecided = undecided
+        self.warned = warned
+        self.static_key = tuple(_static.freeze((values or {})[n]) for n in static)
+
+    def matches(self, values: Mapping[str, Any], pyvals: Mapping[str, Any]) -> bool | None:
+        """Whether these values take this analysis' branches (None: cannot tell, traced)."""
+        if tuple(_static.freeze(values[n]) for n in self.static) != self.static_key:
+            return False
+        if not self.guards:
+            return True
+        env = {n: pyvals.get(n) for n in self.modes}
+        if any(v is None for v in env.values()):
+            return None
+        return not _guard.mismatches(self.guards, env)
+
+
+def search(probe: Probe, candidates: Sequence[str], proxiable: frozenset[str]) -> Analysis | None:
+    """The modes of the candidates (see the module docstring), or None if undecidable."""
     if not probe.baseline():
         return None
-    static: list[str] = []
-    while dynamic and not probe.ok(dynamic):
-        # Invariant: dynamic[:lo] runs, dynamic[:hi] fails. The culprit is
-        # dynamic[hi - 1]: abstract together with dynamic[:hi - 1], it breaks.
-        lo, hi = 0, len(dynamic)
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if probe.ok(dynamic[:mid]):
-                lo = mid
-            else:
-                hi = mid
-        static.append(dynamic.pop(hi - 1))
-    return tuple(sorted(static, key=list(candidates).index))
+    assert probe.level is not None
+    call_time = probe.level != "build"
+    modes = {n: (KEEP if call_time else CONSTRUCT) if n in proxiable else RAW for n in candidates}
+    run = probe.run(modes)
+    for _ in range(4 * len(candidates) + 4):
+        ctx = run.ctx
+        if ctx is not None and ctx.needs:
+            # A stand-in used as a Python value (int(), a shape, a dict key)
+            # answered with the concrete value; a plain leaf may still do
+            # (fori_loop takes a traced bound), else bisection makes it static.
+            _demote(modes, ctx.needs)
+        elif run.error is None:
+            assert ctx is not None
+            shape_dependent = _shape_dependent_guards(probe, modes, ctx)
+            if not shape_dependent:
+                break
+            for n in shape_dependent:
+                modes[n] = CONSTRUCT
+        elif not (ctx is not None and _demote(modes, ctx.escapes)):
+            culprit = _bisect(probe, modes, candidates)
+            if culprit is None:  # pragma: no cover - the all-static baseline runs
+                return None
+            modes[culprit] = _DOWN[modes[culprit]]
+        run = probe.run(modes)
+    else:  # pragma: no cover - each round moves one argument down a mode
+        return None
+    assert run.ctx is not None
+    guards = tuple(run.ctx.recorded.items())
+    # Simpler modes where they do as well: a stand-in never compared is a plain
+    # leaf, one compared only while the factory runs need not stay in update.
+    compared = frozenset().union(*(_guard.key_names(k) for k, _ in guards)) if guards else frozenset()
+    at_call = frozenset().union(*(_guard.key_names(k) for k in run.ctx.seen_call)) if guards else frozenset()
+    trial = dict(modes)
+    for n, m in modes.items():
+        if m in (KEEP, CONSTRUCT) and n not in compared:
+            trial[n] = RAW
+        elif m == KEEP and n not in at_call:
+            trial[n] = CONSTRUCT
+    if trial != modes:
+        again = probe.run(trial)
+        if again.error is None and again.ctx is not None and not again.ctx.needs:
+            modes, guards = trial, tuple(again.ctx.recorded.items())
+    static = tuple(n for n in candidates if modes[n] == STATIC)
+    guarded_modes = {n: m for n, m in modes.items() if m in (KEEP, CONSTRUCT)}
+    return Analysis(
+        probe.kind,
+        static,
+        guarded_modes,
+        guards,
+        undecided=not call_time,
+        values=probe.concrete,
+    )
+
+
+def _shape_dependent_guards(probe: Probe, modes: Mapping[str, str], ctx: _guard.Context) -> set[str]:
+    """Arguments kept for call time whose guards change with the parameters' shapes."""
+    kept = {n for n, m in modes.items() if m == KEEP}
+    call_keys = {k for k in ctx.seen_call if _guard.key_names(k) & kept}
+    if not call_keys:
+        return set()
+    other = probe.run(modes, probe.level, _other_dims(probe.params))
+    if other.error is not None or other.ctx is None:
+        return set(kept)
+    first = {k: ctx.recorded[k] for k in call_keys}
+    second = {k: other.ctx.recorded[k] for k in other.ctx.seen_call if _guard.key_names(k) & kept}
+    differing = set(first.items()) ^ set(second.items())
+    return {n for k, _ in differing for n in _guard.key_names(k) if n in kept}
+
+
+def _demote(modes: dict[str, str], events: Sequence[tuple[frozenset[str], str]]) -> bool:
+    """Stand-ins that reached JAX or Python-value use go down a mode; whether any did.
+
+    Met only at call time: no longer kept in ``update`` (``construct``);
+    met while the factory runs: a plain leaf (``raw``).
+    """
+    phases: dict[str, set[str]] = {}
+    for names, phase in events:
+        for n in names:
+            phases.setdefault(n, set()).add(phase)
+    moved = False
+    for n, seen in phases.items():
+        mode = modes.get(n)
+        if mode == KEEP and seen == {"call"}:
+            modes[n] = CONSTRUCT
+            moved = True
+        elif mode in (KEEP, CONSTRUCT):
+            modes[n] = RAW
+            moved = True
+    return moved
+
+
+def _bisect(probe: Probe, modes: dict[str, str], candidates: Sequence[str]) -> str | None:
+    """A candidate whose mode breaks the run, the others as they are (earlier ones not static)."""
+    order = [n for n in candidates if modes[n] != STATIC]
+
+    def ok(prefix: Sequence[str]) -> bool:
+        trial = {n: modes[n] if n in prefix else STATIC for n in modes}
+        run = probe.run(trial)
+        return run.error is None and not (run.ctx is not None and run.ctx.needs)
+
+    # Invariant: order[:lo] runs, order[:hi] fails. The culprit is order[hi - 1].
+    lo, hi = 0, len(order)
+    if not order or ok(order):
+        return None
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if ok(order[:mid]):
+            lo = mid
+        else:
+            hi = mid
+    return order[hi - 1]
+
+
+def analyse(
+    info: FactoryInfo,
+    kind: str,
+    base: dict[str, Any],
+    concrete: dict[str, Any],
+    leaves: dict[str, Any],
+    param_shapes: Sequence[Any],
+    warned: tuple[Warned, ...],
+) -> Analysis:
+    """Probes the candidates (``concrete``: name -> value as given) of one configuration."""
+    if not concrete:
+        return Analysis(kind, warned=warned)
+    probe = Probe(info, kind, base, concrete, leaves, param_shapes)
+    proxiable = frozenset(
+        n for n, v in concrete.items() if probe.pyvals[n] is not None or _is_scalar_tracer(v)
+    )
+    found = search(probe, list(concrete), proxiable)
+    if found is None:
+        return Analysis(kind, undecided=True, warned=warned)
+    found.warned = warned
+    return found
+
+
+def _is_scalar_tracer(x: Any) -> bool:
+    return is_tracer(x) and jnp.ndim(x) == 0
+
+
+def callable_kind(result: Any) -> str | None:
+    """``"transformation"``, ``"schedule"`` or None, for what a factory returned."""
+    if isinstance(result, optax.GradientTransformation) or (
+        callable(getattr(result, "init", None)) and callable(getattr(result, "update", None))
+    ):
+        return "transformation"
+    if callable(result):
+        return "schedule"
+    return None
+
+
+BuildChild = Callable[[Any], Any]

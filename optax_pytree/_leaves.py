@@ -98,6 +98,45 @@ def is_tracer(x: Any) -> bool:
     return isinstance(x, Tracer)
 
 
+def python_value(x: Any) -> Any:
+    """The value Python comparisons of a scalar argument see, or None (traced, not a scalar).
+
+    Python numbers and NumPy scalars as given (so that comparisons are raw
+    optax's, in their own precision); a concrete 0-d array as a NumPy scalar.
+    """
+    if type(x) in _PY_NUMBERS or isinstance(x, np.generic):
+        return x
+    if isinstance(x, np.ndarray):
+        return x[()] if x.ndim == 0 else None
+    if isinstance(x, jax.Array) and not is_tracer(x) and x.ndim == 0:
+        return np.asarray(x)[()]
+    return None
+
+
+def static_form(x: Any) -> Any:
+    """A numeric value as a static (Python-level) value: concrete JAX arrays as NumPy.
+
+    A concrete JAX array closed over by traced code is staged like any array,
+    so a Python ``if`` on it fails under ``jit``; a NumPy value answers.
+    """
+    if isinstance(x, jax.Array) and not is_tracer(x):
+        a = np.asarray(x)
+        return a[()] if a.ndim == 0 else a
+    return x
+
+
+def host_leaf_value(x: Any) -> Any:
+    """The value the leaf made from ``x`` holds, as NumPy, without a device round trip.
+
+    A Python float becomes a float32 leaf (float64 with ``jax_enable_x64``):
+    guards are checked on the value the traced code will see.
+    """
+    if isinstance(x, jax.Array):
+        return np.asarray(x)
+    a = np.asarray(x)
+    return a.astype(jax.dtypes.canonicalize_dtype(a.dtype))
+
+
 def aval_text(shape: tuple[int, ...], dtype: Any) -> str:
     """``float32[4,3]``: a leaf's dtype and shape as reprs and messages show them."""
     return f"{np.dtype(dtype).name}[{','.join(map(str, shape))}]"

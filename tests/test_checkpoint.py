@@ -176,7 +176,7 @@ def test_signature() -> None:
     )
     assert signature["['opt'].transformation.args[0].weight_decay"] == "float32[]"
     assert signature["['opt'].transformation.args[1].step_size_fn"] == (
-        "optax.linear_schedule(transition_steps=10, transition_begin=0)"
+        "optax.linear_schedule(guards=[transition_steps <= 0 is False; transition_begin < 0 is False])"
     )
     # A callable is named, never shown by address.
     assert signature["['opt'].transformation.args[2]"].startswith("optax.stateless(f=")

@@ -136,9 +136,9 @@ def test_grid_over_nested_children_by_path() -> None:
             r"'nesterov' of optax\.adam is static",
         ),
         (
-            lambda: opx.grid(chain(), {"args[1].learning_rate.transition_steps": [10, 20]}),
+            lambda: opx.grid(opx.wrap(optax.chain, opx.wrap(optax.lbfgs)), {"args[0].memory_size": [5, 6]}),
             ValueError,
-            r"'transition_steps' of optax\.linear_schedule is static \(found by automatic detection\)",
+            r"'memory_size' of optax\.lbfgs is static \(found by automatic detection\)",
         ),
         (lambda: opx.grid(chain(), {"args[1].lr": [0.1]}), ValueError, r"optax\.adam has no argument 'lr'"),
         (lambda: opx.grid(chain(), {"args[5].b1": [0.1]}), ValueError, r"no '\[5\]' in a tuple of 2 items"),

@@ -16,7 +16,7 @@ import pytest
 from helpers import PARAMS, assert_tree_allclose, counting_jit, loss, raw, raw_adam, run_steps
 
 import optax_pytree as opx
-from optax_pytree import _wrap
+from optax_pytree import _detect, _wrap
 
 
 def train(tx: Any, params: Any) -> Any:
@@ -186,6 +186,8 @@ def test_flatten_with_path_names_each_leaf() -> None:
         ".args[0].max_norm",
         ".args[1].learning_rate.init_value",
         ".args[1].learning_rate.end_value",
+        ".args[1].learning_rate.transition_steps",  # compared with 0 in Python: guarded
+        ".args[1].learning_rate.transition_begin",
         ".args[1].b1",
         ".args[1].b2",
         ".args[1].eps",
@@ -200,7 +202,8 @@ def test_flatten_with_path_names_each_leaf() -> None:
 def test_wrapped_schedule_as_learning_rate() -> None:
     schedule = opx.wrap(optax.warmup_cosine_decay_schedule, 0.0, 0.1, 2, 10)
     assert isinstance(schedule, _wrap.PyTreeSchedule)
-    assert schedule.detected_static_argnames == ("peak_value", "warmup_steps", "decay_steps")
+    assert schedule.detected_static_argnames == ()
+    assert schedule.guarded_argnames == ("peak_value", "warmup_steps", "decay_steps")
     tx = opx.wrap(optax.adamw, learning_rate=schedule, weight_decay=1e-2)
     expected = jax.jit(
         lambda p: train(
@@ -288,7 +291,8 @@ def test_object_api() -> None:
     text = repr(tx)
     assert text.startswith("wrap(optax.adam, learning_rate=0.001 <dynamic float32[]>")
     assert "nesterov=False" in text
-    assert "sync_period=5 <static: detected>" in repr(
+    assert "memory_size=10 <static: detected>" in repr(opx.wrap(optax.lbfgs))
+    assert "sync_period=5 <dynamic, guarded int32[]>" in repr(
         opx.wrap(optax.lookahead, opx.wrap(optax.sgd, 0.1), sync_period=5, slow_step_size=0.5)
     )
     assert_tree_allclose(tx.init(PARAMS), optax.adam(1e-3).init(PARAMS))
@@ -361,52 +365,68 @@ def test_pytree_transformation_decorator() -> None:
 # --------------------------------------------------------------------------
 # Automatic static detection.
 
+# (make, detected static, guarded): static where the factory needs a Python
+# value (a shape, a dict key, isinstance), guarded where it only compares.
 DETECTED = [
-    (lambda: opx.wrap(optax.adafactor, 0.1), ("min_dim_size_to_factor",)),
+    (lambda: opx.wrap(optax.adafactor, 0.1), ("min_dim_size_to_factor",), ()),
     (
         lambda: opx.wrap(optax.adafactor, 0.1, multiply_by_parameter_scale=1),
-        ("min_dim_size_to_factor", "multiply_by_parameter_scale"),
+        ("min_dim_size_to_factor",),
+        ("multiply_by_parameter_scale",),  # `if multiply_by_parameter_scale:`
     ),
-    (lambda: opx.wrap(optax.lbfgs), ("memory_size",)),
-    (lambda: opx.wrap(optax.scale_by_sm3), ("b2",)),
-    (lambda: opx.wrap(optax.lookahead, opx.wrap(optax.sgd, 0.1), 2, 0.5), ("sync_period",)),
-    (lambda: opx.wrap(optax.MultiSteps, opx.wrap(optax.sgd, 0.1), 3), ("every_k_schedule",)),
+    (lambda: opx.wrap(optax.lbfgs), ("memory_size",), ()),
+    (lambda: opx.wrap(optax.scale_by_sm3), (), ("b2",)),  # `b2 != 1.0` inside update
+    (lambda: opx.wrap(optax.lookahead, opx.wrap(optax.sgd, 0.1), 2, 0.5), (), ("sync_period",)),
+    (lambda: opx.wrap(optax.MultiSteps, opx.wrap(optax.sgd, 0.1), 3), ("every_k_schedule",), ()),
     (
         lambda: opx.wrap(optax.contrib.sam, opx.wrap(optax.sgd, 0.1), opx.wrap(optax.sgd, 0.1)),
+        (),
         ("sync_period",),
     ),
-    (lambda: opx.wrap(optax.contrib.galore, 0.1), ("rank",)),
-    (lambda: opx.wrap(optax.contrib.mechanize, opx.wrap(optax.sgd, 0.1)), ("num_betas",)),
-    (lambda: opx.wrap(optax.contrib.reduce_on_plateau), ("factor", "rtol", "atol")),
+    (lambda: opx.wrap(optax.contrib.galore, 0.1), ("rank",), ()),
+    (lambda: opx.wrap(optax.contrib.mechanize, opx.wrap(optax.sgd, 0.1)), ("num_betas",), ()),
+    (lambda: opx.wrap(optax.contrib.reduce_on_plateau), (), ("factor", "rtol", "atol")),
     (
         lambda: opx.wrap(optax.exponential_decay, 1.0, 10, 0.5),
+        (),
         ("transition_steps", "decay_rate", "transition_begin"),
     ),
-    (lambda: opx.wrap(optax.adam, 0.1), ()),
+    (
+        lambda: opx.wrap(optax.cosine_onecycle_schedule, 100, 1.0),
+        ("transition_steps", "pct_start"),
+        ("div_factor", "final_div_factor"),
+    ),
+    (lambda: opx.wrap(optax.adam, 0.1), (), ()),
 ]
 
 
-@pytest.mark.parametrize("make,expected", DETECTED, ids=[str(i) for i in range(len(DETECTED))])
-def test_automatic_static_detection(make: Any, expected: tuple[str, ...]) -> None:
+@pytest.mark.parametrize("make,static,guarded", DETECTED, ids=[str(i) for i in range(len(DETECTED))])
+def test_automatic_static_detection(make: Any, static: tuple[str, ...], guarded: tuple[str, ...]) -> None:
     tx = make()
-    assert tx.detected_static_argnames == expected
-    for name in expected:
+    assert tx.detected_static_argnames == static
+    assert tx.guarded_argnames == guarded
+    for name in static:
         assert name in tx.static_argnames and name not in tx.dynamic_argnames
+    for name in guarded:
+        assert name in tx.dynamic_argnames
 
 
-def test_detection_runs_once_per_configuration(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_detection_runs_once_per_configuration_and_branch(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = []
-    original = _wrap._detect.detect_static
+    original = _detect.search
 
-    def spy(probe: Any, candidates: Any) -> Any:
-        calls.append(tuple(candidates))
-        return original(probe, candidates)
+    def spy(probe: Any, candidates: Any, proxiable: Any) -> Any:
+        calls.append(probe.info.name)
+        return original(probe, candidates, proxiable)
 
-    monkeypatch.setattr(_wrap._detect, "detect_static", spy)
+    monkeypatch.setattr(_detect, "search", spy)
     _wrap.clear_caches()
-    for sync in (2, 3, 4):  # a detected static value may differ: same probe result
+    for sync in (2, 3, 4):  # guarded: the same branch, the same probe result
         opx.wrap(optax.lookahead, opx.wrap(optax.sgd, 0.1), sync_period=sync, slow_step_size=0.5)
-    assert calls.count(("sync_period", "slow_step_size")) == 1
+    assert calls.count("optax.lookahead") == 1
+    for memory in (5, 6, 5):  # static: each value its own configuration
+        opx.wrap(optax.lbfgs, memory_size=memory)
+    assert calls.count("optax.lbfgs") == 2
 
 
 def test_dynamic_argnames_turns_detection_off_and_trace_time_error_names_it() -> None:
@@ -469,7 +489,7 @@ def not_a_factory(x: float) -> float:
         (
             lambda: opx.wrap(optax.adam, 0.1, dynamic_argnames="nesterov"),
             TypeError,
-            r"optax\.adam: argument 'nesterov' is in dynamic_argnames but its value False is not numeric",
+            r"optax\.adam: argument 'nesterov' is forced dynamic .* but its value False is not numeric",
         ),
         (lambda: opx.wrap(not_a_factory, 1.0), TypeError, r"not_a_factory returned float.*neither"),
         (

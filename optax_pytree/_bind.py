@@ -1,0 +1,256 @@
+"""Step 1, bind: a factory's signature, its public name, and calling it back.
+
+``wrap(optax.sgd, 0.1, momentum=0.9)`` binds its arguments to the signature of
+``optax.sgd``, defaults included, so that every argument has a name (the name
+of its leaf, of its ``replace`` keyword, of its key path). What is read from a
+factory once (its signature, how to call it back, its annotations, its public
+name) is kept in a :class:`FactoryInfo`, one per factory.
+
+Calling the factory back is where its construction-time warnings are caught:
+optax's deprecation warnings fire when a factory is *called*, and a wrapped
+object calls its factory again at every ``init``/``update`` (and the probe runs
+it many times). :func:`call_recording` records what one call warned so that
+``wrap`` can re-emit it to the user once per ``wrap`` call, exactly as optax
+warned it; rebuilds stay quiet.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import sys
+import threading
+import types
+import typing
+import warnings
+from collections.abc import Callable, Iterable
+from typing import Any
+
+_EMPTY = inspect.Parameter.empty
+MARK = "__optax_pytree_factory__"  # set by @pytree_transformation on its result
+
+
+@functools.lru_cache(maxsize=1)
+def _optax_names() -> dict[int, str]:
+    import optax
+    import optax.contrib
+    import optax.schedules
+
+    from . import _catalog
+
+    names: dict[int, str] = {}
+    for module in (optax.schedules, optax.contrib, optax):  # later wins: prefer optax.x
+        for name in _catalog.public_names(module):
+            obj, deprecated = _catalog.get_quietly(module, name)
+            if obj is not None and not deprecated:
+                names[id(obj)] = f"{module.__name__}.{name}"
+    return names
+
+
+def optax_name(obj: Any) -> str | None:
+    """``"optax.adam"`` for an object optax exports under that name, else None."""
+    return _optax_names().get(id(obj))
+
+
+def public_name(factory: Any) -> str:
+    """``optax.adam`` rather than ``optax._src.alias.adam`` where possible."""
+    found = optax_name(factory)
+    if found is not None:
+        return found
+    qualname = getattr(factory, "__qualname__", None) or repr(factory)
+    module_name = getattr(factory, "__module__", None)
+    return f"{module_name}.{qualname}" if module_name else qualname
+
+
+class FactoryInfo:
+    """What ``wrap`` needs to know about a factory, computed once per factory."""
+
+    def __init__(self, public: Any, factory: Callable[..., Any]):
+        self.public = public  # what the user sees (a decorated factory stays decorated)
+        self.factory = factory  # what gets called
+        try:
+            self.signature = inspect.signature(factory)
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"optax_pytree.wrap: cannot read the signature of {factory!r}: {e}") from None
+        params = list(self.signature.parameters.values())
+        self.var_positional = next((p.name for p in params if p.kind is p.VAR_POSITIONAL), None)
+        self.var_keyword = next((p.name for p in params if p.kind is p.VAR_KEYWORD), None)
+        self.named = [p for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        self.param_names = frozenset(p.name for p in params)
+        self.simple = (
+            self.var_positional is None
+            and self.var_keyword is None
+            and all(p.kind is not p.POSITIONAL_ONLY for p in params)
+        )
+        # How to call it back: positionally up to (and including) *args.
+        self.positional: list[tuple[str, bool]] = []  # (name, is *args)
+        self.keyword: list[str] = []
+        for p in params:
+            if p.kind is p.POSITIONAL_ONLY or (p.kind is p.POSITIONAL_OR_KEYWORD and self.var_positional):
+                self.positional.append((p.name, False))
+            elif p.kind is p.VAR_POSITIONAL:
+                self.positional.append((p.name, True))
+            elif p.kind is not p.VAR_KEYWORD:
+                self.keyword.append(p.name)
+        self._name: str | None = None
+        self._annotations: dict[str, Any] | None = None
+
+    @property
+    def name(self) -> str:
+        if self._name is None:
+            self._name = public_name(self.public)
+        return self._name
+
+    def annotation(self, name: str) -> Any:
+        """The annotation of argument ``name``, evaluated where possible (else as written)."""
+        if self._annotations is None:
+            found = {p.name: p.annotation for p in self.signature.parameters.values()}
+            target = self.factory.func if isinstance(self.factory, functools.partial) else self.factory
+            try:
+                hints = typing.get_type_hints(target)
+            except Exception:  # noqa: BLE001 - unresolvable forward references: keep the text
+                hints = {}
+            found.update((k, v) for k, v in hints.items() if k in found)
+            self._annotations = found
+        return self._annotations.get(name, _EMPTY)
+
+    def check_names(self, names: Iterable[str], what: str) -> frozenset[str]:
+        if isinstance(names, str):
+            names = (names,)
+        names = frozenset(names)
+        for n in sorted(names, key=str):
+            if not isinstance(n, str):
+                raise TypeError(f"{self.name}: {what} must be argument names (str), got {n!r}")
+            if n not in self.param_names and self.var_keyword is None:
+                raise ValueError(
+                    f"{self.name}: {what} names {n!r}, which is not an argument of {self.name}; "
+                    f"its arguments are {sorted(self.param_names)}"
+                )
+        return names
+
+    def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """Argument name -> value, defaults included; ``**kwargs`` entries flattened."""
+        if not args and self.simple:
+            for k in kwargs:
+                if k not in self.param_names:
+                    raise TypeError(
+                        f"{self.name}: unknown argument {k!r}; its arguments are "
+                        f"{[p.name for p in self.named]}"
+                    )
+            out = {}
+            for p in self.named:
+                if p.name in kwargs:
+                    out[p.name] = kwargs[p.name]
+                elif p.default is not _EMPTY:
+                    out[p.name] = p.default
+                else:
+                    raise TypeError(f"{self.name}: missing required argument {p.name!r}")
+            return out
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError as e:
+            raise TypeError(f"{self.name}: {e}") from None
+        bound.apply_defaults()
+        out = {}
+        for name, value in bound.arguments.items():
+            if name == self.var_keyword:
+                out.update(value)
+            else:
+                out[name] = value
+        return out
+
+    def call(self, values: dict[str, Any]) -> Any:
+        args: list[Any] = []
+        for name, star in self.positional:
+            if star:
+                args.extend(values[name])
+            else:
+                args.append(values[name])
+        kwargs = {n: values[n] for n in self.keyword}
+        if self.var_keyword is not None:
+            kwargs.update((n, v) for n, v in values.items() if n not in self.param_names)
+        return self.factory(*args, **kwargs)
+
+
+_INFO_LOCK = threading.Lock()
+_INFOS: dict[Any, FactoryInfo] = {}
+
+
+def factory_info(factory: Any) -> FactoryInfo:
+    try:
+        return _INFOS[factory]
+    except (KeyError, TypeError):
+        pass
+    if not callable(factory):
+        raise TypeError(f"optax_pytree.wrap: the factory must be callable, got {factory!r}")
+    inner = getattr(factory, MARK, factory)
+    info = FactoryInfo(factory, inner)
+    try:
+        with _INFO_LOCK:
+            _INFOS[factory] = info
+    except TypeError:  # unhashable callable: no cache
+        pass
+    return info
+
+
+def clear() -> None:
+    _INFOS.clear()
+
+
+# --------------------------------------------------------------------------
+# Warnings of the factory's own construction.
+
+
+class Warned:
+    """One warning a factory raised when called, kept to be raised again as it was."""
+
+    __slots__ = ("category", "filename", "lineno", "message")
+
+    def __init__(self, w: warnings.WarningMessage):
+        self.message = w.message
+        self.category = w.category
+        self.filename = w.filename
+        self.lineno = w.lineno
+
+
+def call_recording(info: FactoryInfo, values: dict[str, Any]) -> tuple[Any, tuple[Warned, ...]]:
+    """``info.call(values)`` and the warnings it raised, none of them shown."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = info.call(values)
+    return result, tuple(Warned(w) for w in caught)
+
+
+def call_quietly(info: FactoryInfo, values: dict[str, Any]) -> Any:
+    """``info.call(values)`` with its construction warnings dropped (a rebuild)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return info.call(values)
+
+
+@functools.lru_cache(maxsize=256)
+def _module_of(filename: str) -> types.ModuleType | None:
+    for module in list(sys.modules.values()):
+        if getattr(module, "__file__", None) == filename:
+            return module
+    return None
+
+
+def reemit(warned: Iterable[Warned]) -> None:
+    """Raises recorded warnings again, as if from where the factory raised them.
+
+    Same message, category, file and line, and the registry of the module that
+    raised them, so the user's warning filters (``-W error::DeprecationWarning``,
+    ``pytest.warns``, "once per location") treat them exactly as optax's own.
+    """
+    for w in warned:
+        module = _module_of(w.filename)
+        registry = None if module is None else module.__dict__.setdefault("__warningregistry__", {})
+        warnings.warn_explicit(
+            w.message,
+            w.category,
+            w.filename,
+            w.lineno,
+            module=None if module is None else module.__name__,
+            registry=registry,
+        )

@@ -1,0 +1,204 @@
+"""Step 5, build: a spec and its leaves -> the real optax transformation or schedule.
+
+Called on every ``init``, ``update`` and schedule call, so inside ``jit`` the
+factory runs on tracers: a new learning rate is a new leaf value, not a new
+program. Guarded arguments are passed as :class:`~optax_pytree._guard.Guarded`
+stand-ins answering from the spec's guards; their leaves are checked against
+the guards where they are concrete, and the outputs are NaN where traced
+leaves do not satisfy them (see ``_guard``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import optax
+
+from . import _bind, _guard, _leaves
+from ._classify import DYNAMIC, STATIC, is_wrapped
+from ._detect import as_transformation
+from ._spec import Spec
+
+
+def _identity(x: Any) -> Any:
+    return x
+
+
+def build_child(w: Any) -> Any:
+    """A wrapped child as the plain optax object its parent's factory takes."""
+    if is_wrapped(w):
+        core = w._core
+        return build(core.spec, core.leaves)
+    return w
+
+
+def argument(spec: Spec, leaves: tuple[Any, ...], name: str, build_children: bool = False) -> Any:
+    """One argument's value; children built into plain optax objects if asked."""
+    role = spec.roles[name]
+    if role == STATIC:
+        return spec.static[name]
+    value = leaves[spec.leaf_names.index(name)]
+    if role == DYNAMIC:
+        return value
+    fn = build_child if build_children else _identity
+    return spec.templates[name].merge(value, fn) if name in spec.templates else fn(value)
+
+
+def arguments(spec: Spec, leaves: tuple[Any, ...], build_children: bool) -> dict[str, Any]:
+    return {name: argument(spec, leaves, name, build_children) for name in spec.roles}
+
+
+def build_raw(spec: Spec, leaves: tuple[Any, ...]) -> Any:
+    """What the factory returns, as it returns it (stand-ins detached)."""
+    return _call(spec, leaves)[0]
+
+
+def _call(spec: Spec, leaves: tuple[Any, ...]) -> tuple[Any, Any]:
+    """(what the factory returned, the traced guard check or None)."""
+    values = arguments(spec, leaves, build_children=True)
+    ok = None
+    if spec.guarded:
+        env = {n: values[n] for n in spec.guarded}
+        host = _guard.host_values(env)
+        ctx = _guard.Context(spec.info.name, record=False, recorded=dict(spec.guards))
+        if host is not None:  # concrete leaves: check them now, raise if they left their branch
+            _check(spec, host)
+            pyvals = {n: _leaves.python_value(host[n]) for n in spec.guarded}
+        else:
+            ok = _guard.traced_ok(spec.guards, env)
+            pyvals = dict.fromkeys(spec.guarded)
+        for n in spec.guarded:
+            values[n] = _guard.Guarded(ctx, (_guard.ARG, n), values[n], pyvals[n])
+    try:
+        built = _bind.call_quietly(spec.info, values)
+        if spec.guarded:
+            built = _guard.detach(built, spec.keep)
+            ctx.phase = "call"  # pyright: ignore[reportPossiblyUnboundVariable]
+    except Exception as e:
+        raise_traced_failure(e, spec, leaves, "building it")
+        raise
+    return built, ok
+
+
+def _check(spec: Spec, host: dict[str, Any]) -> None:
+    bad = _guard.mismatches(spec.guards, host)
+    if not bad:
+        return
+    key, recorded, got = bad[0]
+    names = sorted(_guard.key_names(key))
+    shown = ", ".join(f"{n}={_short(host[n])}" for n in names)
+    raise ValueError(
+        f"{spec.info.name}: {shown} takes another branch of the factory than this object was made "
+        f"for ({_guard.key_text(key)} is {_short(got)} for it, {recorded} when it was made): its "
+        "leaves were changed without re-making it (jax.tree.map, tree_unflatten, ...). Change "
+        "hyperparameters with replace(), which re-checks them, or mark the argument static"
+    )
+
+
+def _short(x: Any) -> str:
+    try:
+        import numpy as np
+
+        a = np.asarray(x)
+        return repr(a[()].item()) if a.ndim == 0 else f"array{a.tolist()!r}"[:80]
+    except Exception:  # noqa: BLE001 - only for a message
+        return repr(x)
+
+
+def build(spec: Spec, leaves: tuple[Any, ...]) -> Any:
+    """The plain optax transformation (``MultiSteps`` unwrapped) or schedule."""
+    built, ok = _call(spec, leaves)
+    if spec.kind == "transformation":
+        tx = as_transformation(built)
+        if not spec.keep and ok is None:
+            return tx
+        return optax.GradientTransformationExtraArgs(*_guarded_transformation(spec, tx, ok))
+    if not spec.keep and ok is None:
+        return built
+    return _guarded_schedule(built, ok)
+
+
+def _finish(ok: Any) -> Callable[[Any], Any]:
+    if ok is None:
+        return _guard.unwrap
+    return lambda out: _guard.poison(_guard.unwrap(out), ok)
+
+
+def _guarded_transformation(spec: Spec, tx: Any, ok: Any) -> tuple[Any, Any]:
+    finish = _finish(ok)
+
+    def init(params: Any) -> Any:
+        return finish(tx.init(params))
+
+    def update(updates: Any, state: Any, params: Any = None, **extra_args: Any) -> Any:
+        return finish(tx.update(updates, state, params, **extra_args))
+
+    return init, update
+
+
+def _guarded_schedule(schedule: Any, ok: Any) -> Any:
+    finish = _finish(ok)
+
+    def guarded(count: Any) -> Any:
+        return finish(schedule(count))
+
+    return guarded
+
+
+def raise_traced_failure(e: Exception, spec: Spec, leaves: tuple[Any, ...], where: str) -> None:
+    """Turns "a dynamic argument had to be concrete" into an error that names it.
+
+    Where the probe could not run ``init``/``update`` (``spec.undecided``),
+    any failure names the dynamic arguments it could not check.
+    """
+    if isinstance(e, _guard.GuardError):
+        return  # names its argument already
+    concreteness = (
+        jax.errors.ConcretizationTypeError,
+        jax.errors.TracerBoolConversionError,
+        jax.errors.TracerIntegerConversionError,
+        jax.errors.TracerArrayConversionError,
+    )
+    text = str(e)
+    about_tracers = isinstance(e, concreteness) or (
+        isinstance(e, TypeError) and any(w in text for w in ("Traced<", "Tracer", "concrete"))
+    )
+    dynamic = [n for n in spec.leaf_names if spec.roles[n] == DYNAMIC]
+    if not about_tracers and not (spec.undecided and dynamic):
+        return  # not about a traced value: the factory's own error stands
+    traced = [
+        n
+        for n, leaf in zip(spec.leaf_names, leaves)
+        if spec.roles[n] == DYNAMIC and any(_leaves.is_tracer(x) for x in jax.tree_util.tree_leaves(leaf))
+    ]
+    if about_tracers and traced:
+        named = [n for n in traced if f".{n}" in text or f"'{n}'" in text or f"`{n}`" in text]
+        culprits = named or traced
+        why = "is dynamic (a traced JAX value) but the factory needs it as a concrete Python value"
+        detection = (
+            "could not run init/update for this configuration" if spec.undecided else "did not catch it"
+        )
+    elif spec.undecided and dynamic:
+        culprits = dynamic
+        why = "was not checked: it is dynamic and may need to be a concrete Python value"
+        detection = (
+            "could not run init/update for this configuration (its stand-in parameters, shaped "
+            "like the masks and labels it holds, did not fit)"
+        )
+    else:
+        return
+    which = f"argument {culprits[0]!r}" if len(culprits) == 1 else f"one of the arguments {culprits}"
+    hint = ", ".join(repr(n) for n in culprits) + ("," if len(culprits) == 1 else "")
+    raise TypeError(
+        f"{spec.info.name}: {which} {why} ({where} failed: {type(e).__name__}: {_first_line(text)}). "
+        f"Automatic static detection {detection}; mark it static: "
+        f"optax_pytree.wrap({spec.info.name}, ..., static_argnames=({hint})), or pass the value "
+        "as optax_pytree.static(value)."
+    ) from e
+
+
+def _first_line(text: str) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if len(line) <= 160 else line[:157] + "..."

@@ -1,0 +1,371 @@
+"""Step 2, classify: each bound argument is a dynamic leaf, a child, or static.
+
+- **dynamic**: int (not bool), float, complex, NumPy/JAX numeric arrays and
+  scalars; stored as JAX arrays (see ``_leaves``). A dynamic argument is a
+  *candidate* for detection: the probe may find that the factory needs it as
+  a concrete Python value (static) or that it only compares it (guarded).
+- **child**: a wrapped value, or a tuple/list/dict holding wrapped values.
+- **static**: everything else (bool, None, str, dtypes, callables, masks),
+  compared by value.
+
+The user overrides the rules per argument, by name (``static_argnames``,
+``dynamic_argnames``, ``dynamic_only``) or at the call site by marking the
+value (:func:`static`, :func:`dynamic`), which also works through the
+drop-in module, whose factories have optax's signatures.
+"""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+import jax
+
+from . import _leaves, _static
+from ._bind import FactoryInfo
+
+DYNAMIC = "dynamic"
+CHILD = "child"
+STATIC = "static"
+
+T = TypeVar("T")
+
+
+class Wrapped:
+    """Base of every wrapped object (transformations and schedules)."""
+
+    __slots__ = ()
+
+
+def is_wrapped(x: Any) -> bool:
+    return isinstance(x, Wrapped)
+
+
+# --------------------------------------------------------------------------
+# Marking a value at the call site.
+
+
+class _Marked:
+    __slots__ = ("role", "value")
+
+    def __init__(self, value: Any, role: str):
+        if isinstance(value, _Marked):
+            raise TypeError(f"optax_pytree.{role}: {value!r} is already marked {value.role}")
+        self.value = value
+        self.role = role
+
+    def __repr__(self) -> str:
+        return f"optax_pytree.{self.role}({self.value!r})"
+
+
+def static(value: T) -> T:
+    """Marks an argument static at the call site: its value is part of the compiled program.
+
+    The spelling of ``static_argnames`` for one argument, usable where a
+    keyword cannot be added: through the drop-in module (whose factories have
+    optax's own signatures), in ``tx.replace(...)``, in a typed call. A static
+    numeric argument is a Python constant of the compiled program, as in raw
+    optax (its arithmetic in double precision): use it for exact optax
+    numerics, or for a value that must never vary.
+
+    Args:
+        value: the argument's value.
+
+    Returns:
+        The value, marked (typed as the value itself).
+
+    Examples:
+        >>> import optax, optax_pytree as opx
+        >>> tx = opx.wrap(optax.adam, learning_rate=1e-3, b2=opx.static(0.999))
+        >>> tx.static_argnames
+        ('b2', 'mu_dtype', 'nesterov')
+        >>> import optax_pytree.optax as dropin
+        >>> dropin.adam(1e-3, b2=opx.static(0.999)).b2
+        0.999
+    """
+    return typing.cast(T, _Marked(value, STATIC))
+
+
+def dynamic(value: T) -> T:
+    """Marks a numeric argument dynamic at the call site, with no automatic detection.
+
+    The spelling of ``dynamic_argnames`` for one argument. The value stays a
+    plain leaf, not probed: if the factory needs it as a Python value, the
+    error comes at trace time and names it.
+
+    Args:
+        value: a number, numeric array, or pytree of them.
+
+    Returns:
+        The value, marked (typed as the value itself).
+
+    Examples:
+        >>> import optax, optax_pytree as opx
+        >>> opx.wrap(optax.sgd, learning_rate=opx.dynamic(0.1)).dynamic_argnames
+        ('learning_rate',)
+    """
+    return typing.cast(T, _Marked(value, DYNAMIC))
+
+
+# --------------------------------------------------------------------------
+# Options.
+
+
+class Options:
+    """The user's overrides, kept by the spec so that ``replace`` keeps them."""
+
+    __slots__ = ("dynamic", "dynamic_only", "hash", "static")
+
+    def __init__(
+        self,
+        static: frozenset[str] = frozenset(),
+        dynamic: frozenset[str] = frozenset(),
+        dynamic_only: frozenset[str] | None = None,
+    ):
+        self.static = static
+        self.dynamic = dynamic
+        self.dynamic_only = dynamic_only
+        self.hash = hash((static, dynamic, dynamic_only))
+
+    def with_marks(self, static: Iterable[str], dynamic: Iterable[str]) -> Options:
+        static, dynamic = frozenset(static), frozenset(dynamic)
+        if not static and not dynamic:
+            return self
+        return Options((self.static - dynamic) | static, (self.dynamic - static) | dynamic, self.dynamic_only)
+
+    def key(self) -> tuple[Any, ...]:
+        return (self.static, self.dynamic, self.dynamic_only)
+
+    def __hash__(self) -> int:
+        return self.hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Options) and self.key() == other.key()
+
+
+NO_OPTIONS = Options()
+
+
+def make_options(
+    info: FactoryInfo,
+    static_argnames: str | Iterable[str],
+    dynamic_argnames: str | Iterable[str],
+    dynamic_only: str | Iterable[str] | None,
+) -> Options:
+    static = info.check_names(static_argnames, "static_argnames")
+    dynamic = info.check_names(dynamic_argnames, "dynamic_argnames")
+    both = static & dynamic
+    if both:
+        raise ValueError(
+            f"{info.name}: argument {sorted(both)[0]!r} is in both static_argnames and dynamic_argnames"
+        )
+    only = None if dynamic_only is None else info.check_names(dynamic_only, "dynamic_only")
+    if only is not None and only & static:
+        raise ValueError(
+            f"{info.name}: argument {sorted(only & static)[0]!r} is in both static_argnames and dynamic_only"
+        )
+    if not static and not dynamic and only is None:
+        return NO_OPTIONS
+    return Options(static, dynamic, only)
+
+
+# --------------------------------------------------------------------------
+# Containers of wrapped values.
+
+
+class _Slot:
+    """Where a wrapped value sits in a container's template."""
+
+    def __repr__(self) -> str:
+        return "<wrapped>"
+
+    def __reduce__(self) -> str:
+        return "SLOT"
+
+
+SLOT = _Slot()
+
+
+def _split(value: Any) -> tuple[Any, Any]:
+    """(template, child): the static rest of a container, and its wrapped values."""
+    if is_wrapped(value):
+        return SLOT, value
+    if isinstance(value, dict):
+        parts = {k: _split(v) for k, v in value.items()}
+        return {k: t for k, (t, _) in parts.items()}, {k: c for k, (_, c) in parts.items()}
+    if isinstance(value, (tuple, list)):
+        parts = [_split(v) for v in value]
+        templates, children = [t for t, _ in parts], [c for _, c in parts]
+        if isinstance(value, list):
+            return templates, children
+        if hasattr(value, "_fields"):  # a namedtuple
+            return type(value)(*templates), type(value)(*children)
+        return tuple(templates), tuple(children)
+    return value, None
+
+
+def _merge(template: Any, child: Any, fn: Callable[[Any], Any]) -> Any:
+    if template is SLOT:
+        return fn(child)
+    if isinstance(template, dict):
+        return {k: _merge(t, child[k], fn) for k, t in template.items()}
+    if isinstance(template, (tuple, list)):
+        items = [_merge(t, c, fn) for t, c in zip(template, child)]
+        if isinstance(template, list):
+            return items
+        return type(template)(*items) if hasattr(template, "_fields") else tuple(items)
+    return template
+
+
+class Template:
+    """The static part of a container that holds wrapped values.
+
+    ``optax.named_chain(("clip", a), ("adam", b))`` binds ``(("clip", a),
+    ("adam", b))``: the wrapped ``a`` and ``b`` are children, the strings and
+    the nesting are static. The child handed to JAX is the container with
+    every non-wrapped value replaced by ``None``, so key paths read naturally
+    (``.transforms[1][1].learning_rate``). Dicts keep their order (JAX sorts
+    keys; ``optax.monitor`` builds its state in the order given).
+    """
+
+    __slots__ = ("key", "template")
+
+    def __init__(self, template: Any):
+        self.template = template
+        self.key = _static.freeze(template)
+
+    @classmethod
+    def split(cls, value: Any) -> tuple[Template, Any]:
+        template, child = _split(value)
+        return cls(template), child
+
+    def merge(self, child: Any, fn: Callable[[Any], Any] = lambda w: w) -> Any:
+        return _merge(self.template, child, fn)
+
+
+def _contains_wrapped(value: Any) -> bool:
+    return any(is_wrapped(x) for x in jax.tree_util.tree_leaves(value, is_leaf=is_wrapped))
+
+
+def is_numeric_tree(x: Any) -> bool:
+    leaves = jax.tree_util.tree_leaves(x)
+    return bool(leaves) and all(_leaves.is_numeric(v) for v in leaves)
+
+
+# --------------------------------------------------------------------------
+# Values the factory's annotations rule out.
+
+
+def _admits_str(annotation: Any) -> bool:
+    """Whether an annotation could accept a ``str`` (unknown ones do)."""
+    if annotation is inspect.Parameter.empty or annotation is Any or annotation is object:
+        return True
+    if isinstance(annotation, str):  # not evaluated: judge by its words
+        return any(word in annotation for word in ("str", "Any", "object", "Sequence", "Iterable"))
+    if isinstance(annotation, (typing.TypeVar, typing.ForwardRef)):
+        return True
+    origin = typing.get_origin(annotation)
+    if origin is typing.Literal:
+        return any(isinstance(a, str) for a in typing.get_args(annotation))
+    if origin is typing.Union or type(annotation).__name__ == "UnionType":
+        return any(_admits_str(a) for a in typing.get_args(annotation))
+    if origin is not None:
+        annotation = origin
+    if isinstance(annotation, type):
+        try:
+            return issubclass(str, annotation)
+        except TypeError:
+            return True
+    return True
+
+
+def _annotation_text(annotation: Any) -> str:
+    if isinstance(annotation, str):
+        return annotation
+    name = getattr(annotation, "__name__", None)
+    return name if isinstance(name, str) and typing.get_origin(annotation) is None else str(annotation)
+
+
+def check_value(info: FactoryInfo, name: str, value: Any) -> None:
+    """A ``str`` given for an argument whose annotation rules strings out: an error now."""
+    if not isinstance(value, (str, bytes)):
+        return
+    annotation = info.annotation(name)
+    if _admits_str(annotation):
+        return
+    hint = ""
+    try:
+        float(value)
+        hint = f"; pass a number: {name}={value.decode() if isinstance(value, bytes) else value}"
+    except ValueError:
+        pass
+    raise TypeError(
+        f"{info.name}: argument {name!r} got the string {value!r}, but it is annotated "
+        f"{_annotation_text(annotation)}, which does not admit a string{hint}"
+    )
+
+
+# --------------------------------------------------------------------------
+# Classification.
+
+
+class Classified:
+    """The roles of one configuration's arguments, and the key of its configuration."""
+
+    __slots__ = ("candidates", "forced", "key", "options", "roles", "templates", "values")
+
+    def __init__(self) -> None:
+        self.roles: dict[str, str] = {}
+        self.values: dict[str, Any] = {}
+        self.templates: dict[str, Template] = {}
+        self.candidates: list[str] = []  # numeric arguments for detection and guards
+        self.forced: list[str] = []  # numeric arguments forced dynamic (no detection)
+        self.key: tuple[Any, ...] = ()
+        self.options: Options = NO_OPTIONS
+
+
+def classify(info: FactoryInfo, arguments: dict[str, Any], options: Options) -> Classified:
+    out = Classified()
+    marked_static, marked_dynamic = [], []
+    for name, value in arguments.items():
+        if isinstance(value, _Marked):
+            (marked_static if value.role == STATIC else marked_dynamic).append(name)
+            arguments = {**arguments, name: value.value}
+    options = options.with_marks(marked_static, marked_dynamic)
+    out.options = options
+    key_parts: list[Any] = []
+    for name, value in arguments.items():
+        check_value(info, name, value)
+        if name in options.static:
+            role = STATIC
+            key_parts.append((name, role, _static.freeze(value)))
+        elif name in options.dynamic:
+            if not (_leaves.is_numeric(value) or is_numeric_tree(value)):
+                raise TypeError(
+                    f"{info.name}: argument {name!r} is forced dynamic (dynamic_argnames or "
+                    f"optax_pytree.dynamic) but its value {value!r} "
+                    "is not numeric (an int, float, complex or numeric array, or a pytree of them)"
+                )
+            role = DYNAMIC
+            out.forced.append(name)
+            key_parts.append((name, "forced dynamic", _leaves.aval_key(value)))
+        elif is_wrapped(value):
+            role = CHILD
+            key_parts.append((name, role, jax.tree_util.tree_structure(value)))
+        elif isinstance(value, (tuple, list, dict)) and _contains_wrapped(value):
+            role = CHILD
+            out.templates[name], value = Template.split(value)
+            key_parts.append((name, role, out.templates[name].key, jax.tree_util.tree_structure(value)))
+        elif _leaves.is_numeric(value) and (options.dynamic_only is None or name in options.dynamic_only):
+            role = DYNAMIC
+            out.candidates.append(name)
+            key_parts.append((name, role, _leaves.aval_key(value)))
+        else:
+            role = STATIC
+            key_parts.append((name, role, _static.freeze(value)))
+        out.roles[name] = role
+        out.values[name] = value
+    out.key = (info.factory, tuple(key_parts), options.key())
+    return out

@@ -1,0 +1,620 @@
+"""Step 2b, guard: numeric arguments that a factory only *compares* in Python.
+
+optax decides some things in Python from a hyperparameter's value:
+``warmup_cosine_decay_schedule`` computes ``0.0 if peak_value == 0.0 else
+end_value / peak_value``, ``polynomial_schedule`` returns a constant schedule
+``if transition_steps <= 0``, ``reduce_on_plateau`` raises ``if factor >= 1.0``.
+A traced value cannot answer those ``if``\\ s, so such an argument used to be
+static (one compilation per peak learning rate). Yet the value only picks a
+*branch*: every nonzero peak value runs the same code. Here it stays a leaf,
+and the *outcomes* of its comparisons become part of the static
+configuration, as torch.compile (dynamo) guards the Python values it
+specialized on.
+
+How: the factory is called with a :class:`Guarded` value in place of the
+argument. A ``Guarded`` carries the leaf (a JAX array or tracer) for
+arithmetic, and answers Python comparisons:
+
+- when the wrapped object is made (``wrap``, ``replace``), the probe runs the
+  factory (and its ``init``/``update``, or the schedule) with the concrete
+  Python values: each comparison is answered as raw optax would answer it and
+  *recorded* as a guard, ``("eq", <peak_value>, <0.0>) -> False``. Arithmetic
+  on a ``Guarded`` with Python numbers gives a ``Guarded`` of the expression
+  (``decay_steps - warmup_steps``), so comparisons of derived values are
+  guards too. The recorded guards go into the treedef: values on the same
+  branches share it, and one compilation;
+- when the object is rebuilt inside traced code, comparisons are *replayed*
+  from the recorded outcomes, while every arithmetic result is traced. A
+  comparison that was not recorded cannot be answered and is an error naming
+  the argument.
+
+A ``Guarded`` is not a JAX type: it must not reach a ``jnp`` function. Those
+used only while the factory runs are *detached* from what it returns: closures
+(the cells of ``init``, ``update``, the schedule), partials, containers and
+plain objects are copied with each ``Guarded`` replaced by its leaf. Those
+compared at call time (inside ``update``, e.g. ``scale_by_sm3``'s ``b2 !=
+1.0``) are kept in the closures when the probe found them used only through
+operators there; their guards must not depend on the parameters (checked with
+two sets of stand-in parameters). Anything a ``Guarded`` cannot do as a
+stand-in (``int()``, ``float()``, ``range``, a shape, a dict key,
+``np.asarray``) marks the argument static instead.
+
+Never silently wrong: the guards hold for the leaf values an object was made
+with. A leaf changed without re-making the object (``jax.tree.map``,
+``tree_unflatten``, a traced ``replace`` inside ``jit``, a batch whose members
+take different branches) is re-checked where the object is used: outside of
+traced code the guards are evaluated on the concrete values and a mismatch is
+an error naming the argument; inside traced code (where nothing can raise) the
+outputs of that object (updates, schedule values, states) are NaN for every
+member whose values left their branch. They are never the results of a branch
+that is not the values' own.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import operator
+import types
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._leaves import is_tracer
+
+# --------------------------------------------------------------------------
+# Expressions over arguments: ("arg", name), ("const", value), (op, *operands).
+
+ARG = "arg"
+CONST = "const"
+
+_BINARY: dict[str, Callable[[Any, Any], Any]] = {
+    "add": operator.add,
+    "sub": operator.sub,
+    "mul": operator.mul,
+    "truediv": operator.truediv,
+    "floordiv": operator.floordiv,
+    "mod": operator.mod,
+    "pow": operator.pow,
+}
+_UNARY: dict[str, Callable[[Any], Any]] = {"neg": operator.neg, "pos": operator.pos, "abs": operator.abs}
+_COMPARE: dict[str, Callable[[Any, Any], Any]] = {
+    "eq": operator.eq,
+    "ne": operator.ne,
+    "lt": operator.lt,
+    "le": operator.le,
+    "gt": operator.gt,
+    "ge": operator.ge,
+}
+_SYMBOL = {
+    "add": "+", "sub": "-", "mul": "*", "truediv": "/", "floordiv": "//", "mod": "%", "pow": "**",
+    "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
+}  # fmt: skip
+_REFLECTED = {"eq": "eq", "ne": "ne", "lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}
+
+Expr = tuple[Any, ...]
+Key = tuple[Any, ...]  # (comparison, lhs, rhs) or ("bool", expr)
+
+
+def evaluate(expr: Expr, env: Mapping[str, Any]) -> Any:
+    """The value of ``expr`` with arguments from ``env`` (numbers, NumPy or JAX arrays)."""
+    kind = expr[0]
+    if kind == ARG:
+        return env[expr[1]]
+    if kind == CONST:
+        return expr[1]
+    if kind in _UNARY:
+        return _UNARY[kind](evaluate(expr[1], env))
+    return _BINARY[kind](evaluate(expr[1], env), evaluate(expr[2], env))
+
+
+def outcome(key: Key, env: Mapping[str, Any]) -> Any:
+    """The outcome of a guard for the arguments in ``env`` (a bool, or a bool array)."""
+    if key[0] == "bool":
+        return evaluate(key[1], env) != 0
+    return _COMPARE[key[0]](evaluate(key[1], env), evaluate(key[2], env))
+
+
+def names_in(expr: Expr) -> frozenset[str]:
+    kind = expr[0]
+    if kind == ARG:
+        return frozenset((expr[1],))
+    if kind == CONST:
+        return frozenset()
+    return frozenset().union(*(names_in(e) for e in expr[1:]))
+
+
+def key_names(key: Key) -> frozenset[str]:
+    return frozenset().union(*(names_in(e) for e in key[1:]))
+
+
+def text(expr: Expr) -> str:
+    """``decay_steps - warmup_steps``: an expression as the factory wrote it."""
+    kind = expr[0]
+    if kind == ARG:
+        return expr[1]
+    if kind == CONST:
+        return repr(expr[1])
+    if kind in _UNARY:
+        inner = text(expr[1])
+        return f"abs({inner})" if kind == "abs" else f"{'-' if kind == 'neg' else '+'}{inner}"
+    a, b = (text(e) if e[0] in (ARG, CONST) else f"({text(e)})" for e in expr[1:])
+    return f"{a} {_SYMBOL[kind]} {b}"
+
+
+def key_text(key: Key) -> str:
+    if key[0] == "bool":
+        return f"bool({text(key[1])})"
+    return f"{text(key[1])} {_SYMBOL[key[0]]} {text(key[2])}"
+
+
+def describe(guards: Iterable[tuple[Key, bool]]) -> tuple[str, ...]:
+    """``("peak_value == 0.0 is False", ...)``: guards in words."""
+    return tuple(f"{key_text(k)} is {v}" for k, v in guards)
+
+
+# --------------------------------------------------------------------------
+# The stand-in value.
+
+
+class GuardError(TypeError):
+    """A guarded argument was used in a way its recorded guards cannot answer."""
+
+
+class Context:
+    """What the ``Guarded`` values of one factory call share.
+
+    In ``record`` mode (the probe) comparisons are answered from the Python
+    values and recorded; in replay mode (a rebuild) from ``recorded``, checked
+    against Python values where those are known (eager use).
+    """
+
+    __slots__ = ("escapes", "factory", "needs", "phase", "record", "recorded", "seen_call", "values")
+
+    def __init__(self, factory: str, record: bool, recorded: Mapping[Key, bool] | None = None):
+        self.factory = factory
+        self.record = record
+        self.recorded: dict[Key, bool] = dict(recorded or {})
+        self.phase = "construct"
+        self.seen_call: set[Key] = set()  # guards first met at call time (record mode)
+        self.needs: list[tuple[frozenset[str], str]] = []  # (arguments, phase) used as Python values
+        self.escapes: list[tuple[frozenset[str], str]] = []  # (arguments, phase) that reached JAX
+        self.values: dict[str, Any] = {}  # argument -> Python value, where known
+
+    def answer(self, key: Key, pyval: Any) -> bool:
+        if self.record:
+            if pyval is None:
+                names = sorted(key_names(key))
+                raise GuardError(
+                    f"{self.factory} compares {_which(names)} in Python ({key_text(key)}) and "
+                    "it is a traced value here, so the branch cannot be decided; wrap it outside "
+                    "of jit and pass the wrapped object in, replace() it on an object wrapped "
+                    "outside of jit, or mark it static"
+                )
+            result = bool(pyval)
+            if self.phase == "call" and key not in self.recorded:
+                self.seen_call.add(key)
+            self.recorded.setdefault(key, result)
+            return result
+        found = self.recorded.get(key)
+        if found is None:
+            if pyval is not None:  # eager use: the concrete value answers
+                return bool(pyval)
+            names = sorted(key_names(key))
+            raise GuardError(
+                f"{self.factory} compared {_which(names)} in Python ({key_text(key)}) in a way "
+                "not seen when it was wrapped, and the value is traced here; mark "
+                f"{'it' if len(names) == 1 else 'them'} static: "
+                f"static_argnames=({', '.join(repr(n) for n in names)},)"
+            )
+        return found
+
+    def need(self, names: frozenset[str], what: str, pyval: Any) -> Any:
+        """An argument used as a concrete value: static in the probe, an error otherwise."""
+        if self.record and pyval is not None:
+            self.needs.append((names, self.phase))
+            return pyval
+        raise GuardError(
+            f"{self.factory} needs {_which(sorted(names))} as a concrete Python value ({what}); "
+            "mark it static"
+        )
+
+
+def _which(names: list[str]) -> str:
+    return f"argument {names[0]!r}" if len(names) == 1 else f"arguments {names}"
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float, complex, np.number, np.bool_))
+
+
+class Guarded:
+    """A numeric argument, or an expression of them, standing in for a factory's argument.
+
+    ``value`` is what arithmetic uses (the leaf: a JAX array or tracer);
+    ``pyval`` the Python value comparisons are answered from, where known.
+    """
+
+    __slots__ = ("ctx", "expr", "names", "pyval", "value")
+    __array_ufunc__ = None  # NumPy operators defer to ours
+    __array_priority__ = 2000
+
+    def __init__(self, ctx: Context, expr: Expr, value: Any, pyval: Any):
+        self.ctx = ctx
+        self.expr = expr
+        self.value = value
+        self.pyval = pyval
+        self.names = names_in(expr)
+
+    # -- comparisons: guards ----------------------------------------------
+
+    def _compare(self, op: str, other: Any) -> Any:
+        if isinstance(other, Guarded):
+            rhs, rpy = other.expr, other.pyval
+        elif _is_number(other):
+            rhs, rpy = (CONST, other), other
+        elif isinstance(other, (jax.Array, np.ndarray)):
+            return _COMPARE[op](self.value, other)  # data, not a guard: traced as usual
+        else:
+            return NotImplemented
+        pyval = None
+        if self.pyval is not None and rpy is not None:
+            pyval = _COMPARE[op](self.pyval, rpy)
+        return self.ctx.answer((op, self.expr, rhs), pyval)
+
+    def __eq__(self, other: Any) -> Any:  # type: ignore[override]
+        return self._compare("eq", other)
+
+    def __ne__(self, other: Any) -> Any:  # type: ignore[override]
+        return self._compare("ne", other)
+
+    def __lt__(self, other: Any) -> Any:
+        return self._compare("lt", other)
+
+    def __le__(self, other: Any) -> Any:
+        return self._compare("le", other)
+
+    def __gt__(self, other: Any) -> Any:
+        return self._compare("gt", other)
+
+    def __ge__(self, other: Any) -> Any:
+        return self._compare("ge", other)
+
+    def __bool__(self) -> bool:
+        return self.ctx.answer(("bool", self.expr), None if self.pyval is None else self.pyval != 0)
+
+    # -- arithmetic: traced, and tracked when the other side is a number ----
+
+    def _binary(self, op: str, other: Any, reflected: bool) -> Any:
+        fn = _BINARY[op]
+        if isinstance(other, Guarded):
+            them = (other.expr, other.value, other.pyval)
+        elif _is_number(other):
+            them = ((CONST, other), other, other)
+        elif isinstance(other, (jax.Array, np.ndarray)):
+            return fn(other, self.value) if reflected else fn(self.value, other)
+        else:
+            return NotImplemented
+        me = (self.expr, self.value, self.pyval)
+        left, right = (them, me) if reflected else (me, them)
+        pyval = None
+        if left[2] is not None and right[2] is not None:
+            try:
+                pyval = fn(left[2], right[2])
+            except ZeroDivisionError:
+                raise  # as raw optax would, with Python numbers
+            except ArithmeticError:  # an overflow: the traced value decides
+                pyval = None
+        return Guarded(self.ctx, (op, left[0], right[0]), fn(left[1], right[1]), pyval)
+
+    def __add__(self, o: Any) -> Any:
+        return self._binary("add", o, False)
+
+    def __radd__(self, o: Any) -> Any:
+        return self._binary("add", o, True)
+
+    def __sub__(self, o: Any) -> Any:
+        return self._binary("sub", o, False)
+
+    def __rsub__(self, o: Any) -> Any:
+        return self._binary("sub", o, True)
+
+    def __mul__(self, o: Any) -> Any:
+        return self._binary("mul", o, False)
+
+    def __rmul__(self, o: Any) -> Any:
+        return self._binary("mul", o, True)
+
+    def __truediv__(self, o: Any) -> Any:
+        return self._binary("truediv", o, False)
+
+    def __rtruediv__(self, o: Any) -> Any:
+        return self._binary("truediv", o, True)
+
+    def __floordiv__(self, o: Any) -> Any:
+        return self._binary("floordiv", o, False)
+
+    def __rfloordiv__(self, o: Any) -> Any:
+        return self._binary("floordiv", o, True)
+
+    def __mod__(self, o: Any) -> Any:
+        return self._binary("mod", o, False)
+
+    def __rmod__(self, o: Any) -> Any:
+        return self._binary("mod", o, True)
+
+    def __pow__(self, o: Any) -> Any:
+        return self._binary("pow", o, False)
+
+    def __rpow__(self, o: Any) -> Any:
+        return self._binary("pow", o, True)
+
+    def _unary(self, op: str) -> Guarded:
+        fn = _UNARY[op]
+        return Guarded(
+            self.ctx, (op, self.expr), fn(self.value), None if self.pyval is None else fn(self.pyval)
+        )
+
+    def __neg__(self) -> Guarded:
+        return self._unary("neg")
+
+    def __pos__(self) -> Guarded:
+        return self._unary("pos")
+
+    def __abs__(self) -> Guarded:
+        return self._unary("abs")
+
+    # -- what needs a concrete value: static ---------------------------------
+
+    def __hash__(self) -> int:
+        return hash(self.ctx.need(self.names, "a dict key or hash()", self.pyval))
+
+    def __index__(self) -> int:
+        return operator.index(self.ctx.need(self.names, "an index, a shape or range()", self.pyval))
+
+    def __int__(self) -> int:
+        return int(self.ctx.need(self.names, "int()", self.pyval))
+
+    def __float__(self) -> float:
+        return float(self.ctx.need(self.names, "float()", self.pyval))
+
+    def __complex__(self) -> complex:
+        return complex(self.ctx.need(self.names, "complex()", self.pyval))
+
+    def __round__(self, ndigits: int | None = None) -> Any:
+        return round(self.ctx.need(self.names, "round()", self.pyval), ndigits)
+
+    def __trunc__(self) -> Any:
+        import math
+
+        return math.trunc(self.ctx.need(self.names, "math.trunc()", self.pyval))
+
+    def __floor__(self) -> Any:
+        import math
+
+        return math.floor(self.ctx.need(self.names, "math.floor()", self.pyval))
+
+    def __ceil__(self) -> Any:
+        import math
+
+        return math.ceil(self.ctx.need(self.names, "math.ceil()", self.pyval))
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        return np.asarray(self.ctx.need(self.names, "a NumPy array", self.pyval), dtype=dtype)
+
+    def item(self) -> Any:
+        return self.ctx.need(self.names, ".item()", self.pyval)
+
+    def tolist(self) -> Any:
+        return self.ctx.need(self.names, ".tolist()", self.pyval)
+
+    # -- JAX: an explicit jnp.asarray works; anything else is an escape ------
+
+    @property
+    def __jax_array__(self) -> Callable[[], Any]:
+        # JAX looks this up before refusing the object in an implicit
+        # conversion (a jnp function given it): record who got that far.
+        self.ctx.escapes.append((self.names, self.ctx.phase))
+        return lambda: self.value
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.value, name)  # dtype, shape, astype, ...: the leaf's
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value if self.pyval is None else self.pyval, spec)
+
+    def __repr__(self) -> str:
+        shown = "<traced>" if self.pyval is None else repr(self.pyval)
+        return f"Guarded({text(self.expr)}={shown})"
+
+    def __reduce__(self) -> Any:
+        raise TypeError(f"a guarded stand-in for {text(self.expr)} cannot be pickled")
+
+
+def unwrap(tree: Any) -> Any:
+    """``tree`` with every ``Guarded`` leaf replaced by its value (states, schedule values)."""
+    return jax.tree_util.tree_map(lambda x: x.value if isinstance(x, Guarded) else x, tree)
+
+
+# --------------------------------------------------------------------------
+# Detaching the stand-ins from what the factory returned.
+
+_ATOMS = (int, float, complex, str, bytes, bool, type(None), np.generic, np.ndarray, jax.Array, type)
+_LIBRARIES = ("jax", "jaxlib", "numpy", "builtins", "logging", "typing", "functools", "abc", "threading")
+
+
+class _Detacher:
+    """Copies what a factory returned, with ``Guarded`` values replaced by their leaves.
+
+    Keeps those whose arguments are all in ``keep`` (compared at call time).
+    Functions are copied with new closure cells (cells shared by several
+    closures stay shared, so ``nonlocal`` writes still reach all of them),
+    partials, bound methods, tuples, lists, dicts and plain objects are
+    copied; nothing is mutated.
+    """
+
+    def __init__(self, keep: frozenset[str]):
+        self.keep = keep
+        self.memo: dict[int, Any] = {}
+        self.cells: dict[int, Any] = {}
+        self.found = False
+
+    def __call__(self, x: Any, depth: int = 0) -> Any:
+        if isinstance(x, Guarded):
+            if x.names <= self.keep:
+                return x
+            self.found = True
+            return x.value
+        if isinstance(x, _ATOMS) or depth > 12 or _is_wrapped_object(x):
+            return x
+        key = id(x)
+        if key in self.memo:
+            return self.memo[key]
+        self.memo[key] = x  # cycles: a node being copied stands for itself
+        new = self._copy(x, depth + 1)
+        self.memo[key] = new
+        return new
+
+    def _copy(self, x: Any, depth: int) -> Any:
+        if isinstance(x, types.FunctionType):
+            return self._function(x, depth)
+        if isinstance(x, functools.partial):
+            func = self(x.func, depth)
+            args = tuple(self(a, depth) for a in x.args)
+            kwargs = {k: self(v, depth) for k, v in x.keywords.items()}
+            if (
+                func is x.func
+                and all(a is b for a, b in zip(args, x.args))
+                and all(kwargs[k] is v for k, v in x.keywords.items())
+            ):
+                return x
+            return functools.partial(func, *args, **kwargs)
+        if isinstance(x, types.MethodType):
+            owner = self(x.__self__, depth)
+            return x if owner is x.__self__ else types.MethodType(x.__func__, owner)
+        if type(x) in (list, tuple) or (isinstance(x, tuple) and hasattr(x, "_fields")):
+            items = [self(v, depth) for v in x]
+            if all(a is b for a, b in zip(items, x)):
+                return x
+            if type(x) is list:
+                return items
+            return tuple(items) if type(x) is tuple else type(x)(*items)
+        if type(x) is dict:
+            items = {k: self(v, depth) for k, v in x.items()}
+            return x if all(items[k] is v for k, v in x.items()) else items
+        if isinstance(x, (types.ModuleType, types.BuiltinFunctionType, types.CodeType)) or callable(
+            getattr(type(x), "__get__", None)
+        ):
+            return x
+        module = getattr(type(x), "__module__", "") or ""
+        attrs = getattr(x, "__dict__", None)
+        if not isinstance(attrs, dict) or module.split(".")[0] in _LIBRARIES:
+            return x
+        changed = {k: self(v, depth) for k, v in attrs.items()}
+        if all(changed[k] is v for k, v in attrs.items()):
+            return x
+        clone = copy.copy(x)
+        clone.__dict__.update(changed)
+        return clone
+
+    def _function(self, fn: types.FunctionType, depth: int) -> Any:
+        closure = fn.__closure__ or ()
+        new_cells = tuple(self._cell(c, depth) for c in closure)
+        defaults = fn.__defaults__
+        new_defaults = None if defaults is None else tuple(self(d, depth) for d in defaults)
+        kwdefaults = fn.__kwdefaults__
+        new_kwdefaults = None if kwdefaults is None else {k: self(v, depth) for k, v in kwdefaults.items()}
+        same = all(a is b for a, b in zip(new_cells, closure))
+        same = same and (defaults is None or all(a is b for a, b in zip(new_defaults or (), defaults)))
+        same = same and (
+            kwdefaults is None or all((new_kwdefaults or {})[k] is v for k, v in kwdefaults.items())
+        )
+        if same:
+            return fn
+        out = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, new_defaults, new_cells or None)
+        out.__kwdefaults__ = new_kwdefaults
+        out.__qualname__ = fn.__qualname__
+        out.__module__ = fn.__module__
+        out.__doc__ = fn.__doc__
+        out.__dict__.update(fn.__dict__)
+        return out
+
+    def _cell(self, cell: Any, depth: int) -> Any:
+        key = id(cell)
+        if key in self.cells:
+            return self.cells[key]
+        try:
+            contents = cell.cell_contents
+        except ValueError:  # an empty cell (a name not yet assigned)
+            self.cells[key] = cell
+            return cell
+        self.cells[key] = cell
+        new = self(contents, depth)
+        result = cell if new is contents else types.CellType(new)
+        self.cells[key] = result
+        return result
+
+
+def _is_wrapped_object(x: Any) -> bool:
+    # A wrapped object (a factory may return one) holds leaves, never stand-ins.
+    return "_core" in getattr(x, "__dict__", ())
+
+
+def detach(built: Any, keep: frozenset[str] = frozenset()) -> Any:
+    """What the factory returned, with its ``Guarded`` values replaced by their leaves."""
+    return _Detacher(keep)(built)
+
+
+# --------------------------------------------------------------------------
+# Checking leaves against their guards.
+
+
+def host_values(leaves: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Concrete leaves as NumPy values, or None if any of them is traced."""
+    out = {}
+    for name, x in leaves.items():
+        if is_tracer(x):
+            return None
+        out[name] = np.asarray(x)
+    return out
+
+
+def mismatches(guards: Iterable[tuple[Key, bool]], env: Mapping[str, Any]) -> list[tuple[Key, bool, Any]]:
+    """The guards whose outcome for ``env`` is not the recorded one: (key, recorded, got)."""
+    out = []
+    with np.errstate(all="ignore"):
+        for key, recorded in guards:
+            try:
+                got = outcome(key, env)
+            except (ArithmeticError, TypeError, ValueError):
+                got = None
+            if got is None or not np.all(np.asarray(got) == recorded):
+                out.append((key, recorded, got))
+    return out
+
+
+def traced_ok(guards: Iterable[tuple[Key, bool]], env: Mapping[str, Any]) -> Any:
+    """A traced boolean: whether the leaves in ``env`` satisfy every guard."""
+    ok = jnp.asarray(True)
+    for key, recorded in guards:
+        got = outcome(key, env)
+        ok = jnp.logical_and(ok, got if recorded else jnp.logical_not(got))
+    return ok
+
+
+def poison(tree: Any, ok: Any) -> Any:
+    """``tree`` with its inexact leaves NaN where ``ok`` is False."""
+
+    def leaf(x: Any) -> Any:
+        if isinstance(x, (jax.Array, np.ndarray, float, complex)) and jnp.issubdtype(
+            jnp.result_type(x), jnp.inexact
+        ):
+            return jnp.where(ok, x, jnp.nan)
+        return x
+
+    return jax.tree_util.tree_map(leaf, tree)

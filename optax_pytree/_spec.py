@@ -1,0 +1,184 @@
+"""Step 3, spec: everything static about a wrapped object (its pytree aux data).
+
+JAX compares the aux data of two treedefs with ``==`` and hashes it to key
+the ``jit`` cache. A :class:`Spec` holds the factory, the role of each
+argument, the static values (compared by value, see ``_static``), the
+templates of child containers, the detected static arguments and the guards
+(comparison -> outcome). Equal configurations share one interned spec object,
+so treedef comparisons are identity checks.
+
+The caches: per configuration (factory, argument roles and types, static
+values, options), the list of :class:`~optax_pytree._detect.Analysis` found so
+far, one per branch; each analysis makes one spec.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from typing import Any
+
+from . import _bind, _guard, _static
+from ._bind import FactoryInfo
+from ._classify import CHILD, DYNAMIC, STATIC, Classified, Options, Template
+from ._detect import KEEP, Analysis
+from ._leaves import static_form
+
+
+class Spec:
+    """Aux data of a wrapped object: hashable, compared by value."""
+
+    __slots__ = (
+        "analysis",
+        "config_key",
+        "detected",
+        "guarded",
+        "guards",
+        "hash",
+        "info",
+        "keep",
+        "key",
+        "kind",
+        "leaf_names",
+        "modes",
+        "names",
+        "options",
+        "roles",
+        "static",
+        "templates",
+        "undecided",
+    )
+
+    def __init__(
+        self,
+        info: FactoryInfo,
+        roles: dict[str, str],
+        static: dict[str, Any],
+        templates: dict[str, Template],
+        options: Options,
+        analysis: Analysis,
+    ):
+        self.info = info
+        self.analysis = analysis  # what it was made from (not part of the key)
+        self.config_key: Any = None
+        self.kind = analysis.kind
+        self.names = tuple(roles)
+        self.roles = roles
+        self.static = static
+        self.templates = templates
+        self.options = options
+        self.detected = analysis.static
+        self.guards = analysis.guards
+        self.modes = analysis.modes
+        self.guarded = tuple(n for n in roles if n in analysis.modes)
+        self.keep = frozenset(n for n, m in analysis.modes.items() if m == KEEP)
+        self.undecided = analysis.undecided
+        self.leaf_names = tuple(n for n, r in roles.items() if r != STATIC)
+        parts = []
+        for name, role in roles.items():
+            if role == STATIC:
+                parts.append((name, role, _static.freeze(static[name])))
+            elif name in templates:
+                parts.append((name, role, templates[name].key))
+            else:
+                parts.append((name, role))
+        self.key = (
+            info.factory,
+            self.kind,
+            tuple(parts),
+            self.detected,
+            self.guards,
+            tuple(sorted(self.modes.items())),
+            options.key(),
+        )
+        self.hash = hash(self.key)
+
+    def __hash__(self) -> int:
+        return self.hash
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        return isinstance(other, Spec) and self.hash == other.hash and self.key == other.key
+
+    def __repr__(self) -> str:
+        return f"<spec of {self.info.name}: dynamic={list(self.leaf_names)}>"
+
+    def guard_text(self) -> tuple[str, ...]:
+        return _guard.describe(self.guards)
+
+
+class LRU:
+    """A small thread-safe LRU map."""
+
+    def __init__(self, maxsize: int):
+        self.maxsize = maxsize
+        self.data: collections.OrderedDict[Any, Any] = collections.OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, key: Any) -> Any:
+        with self.lock:
+            try:
+                self.data.move_to_end(key)
+                return self.data[key]
+            except KeyError:
+                return None
+
+    def setdefault(self, key: Any, value: Any) -> Any:
+        with self.lock:
+            value = self.data.setdefault(key, value)
+            self.data.move_to_end(key)
+            while len(self.data) > self.maxsize:
+                self.data.popitem(last=False)
+            return value
+
+    def clear(self) -> None:
+        with self.lock:
+            self.data.clear()
+
+
+_ANALYSES = LRU(4096)  # configuration key -> [Analysis, ...], one per branch seen
+_SPECS = LRU(4096)  # interned specs: equal specs are the same object
+_SPEC_OF = LRU(8192)  # (configuration key, Analysis) -> interned spec
+_MAX_BRANCHES = 64
+
+
+def analyses(key: Any) -> list[Analysis]:
+    found = _ANALYSES.get(key)
+    return [] if found is None else found
+
+
+def remember(key: Any, analysis: Analysis) -> None:
+    found = _ANALYSES.setdefault(key, [])
+    with _ANALYSES.lock:
+        found.append(analysis)
+        del found[:-_MAX_BRANCHES]
+
+
+def spec_for(info: FactoryInfo, classified: Classified, analysis: Analysis) -> Spec:
+    """The interned spec of a configuration and one of its analyses."""
+    key = (classified.key, analysis)
+    spec = _SPEC_OF.get(key)
+    if spec is None:
+        roles = dict(classified.roles)
+        for name in analysis.static:
+            roles[name] = STATIC
+        static = {n: classified.values[n] for n, r in roles.items() if r == STATIC}
+        for name in analysis.static:  # found to be needed as Python values: never JAX arrays
+            static[name] = static_form(static[name])
+        spec = Spec(info, roles, static, classified.templates, classified.options, analysis)
+        spec.config_key = classified.key
+        spec = _SPECS.setdefault(spec, spec)
+        _SPEC_OF.setdefault(key, spec)
+    return spec
+
+
+def clear_caches() -> None:
+    """Forgets every cached detection result (for tests and benchmarks)."""
+    _ANALYSES.clear()
+    _SPECS.clear()
+    _SPEC_OF.clear()
+    _bind.clear()
+
+
+__all__ = ["CHILD", "DYNAMIC", "STATIC", "Spec", "clear_caches", "spec_for"]

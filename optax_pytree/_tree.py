@@ -1,0 +1,406 @@
+"""Step 4, tree: the wrapped objects, their pytree registration and pickling.
+
+A wrapped object is its spec (aux data) and its leaves (the dynamic
+hyperparameters and children, in signature order). Flattening is on the
+dispatch path of every jitted call that takes one, so it is a C-level
+attribute read of a precomputed ``(leaves, spec)`` pair; unflattening builds
+the object with the fewest Python steps. Wrapped objects are immutable: a
+change is ``replace``, which validates and classifies like ``wrap``.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import operator
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import jax
+import numpy as np
+import optax
+
+from . import _bind, _build, _leaves
+from ._classify import DYNAMIC, STATIC, Options, Wrapped, is_wrapped
+from ._spec import Spec
+
+
+class Core:
+    """Spec and leaves of one wrapped object; owns ``init``/``update``.
+
+    The wrapped transformation is a tuple ``(init, update)`` like every optax
+    transformation, so that ``optax.chain`` and friends can unpack it. Its two
+    elements are this core's bound methods: no reference cycle with the
+    wrapped object, which JAX rebuilds at every unflatten.
+    """
+
+    __slots__ = ("leaves", "spec")
+
+    spec: Spec
+    leaves: tuple[Any, ...]
+
+    def argument(self, name: str, build_children: bool = False) -> Any:
+        return _build.argument(self.spec, self.leaves, name, build_children)
+
+    def arguments(self, build_children: bool) -> dict[str, Any]:
+        return _build.arguments(self.spec, self.leaves, build_children)
+
+    def build_raw(self) -> Any:
+        return _build.build_raw(self.spec, self.leaves)
+
+    def build(self) -> Any:
+        return _build.build(self.spec, self.leaves)
+
+    def init(self, params: Any) -> Any:
+        tx = self.build()
+        try:
+            return tx.init(params)
+        except Exception as e:
+            _build.raise_traced_failure(e, self.spec, self.leaves, "init")
+            raise
+
+    def update(self, updates: Any, state: Any, params: Any = None, **extra_args: Any) -> tuple[Any, Any]:
+        tx = self.build()
+        try:
+            return tx.update(updates, state, params, **extra_args)
+        except Exception as e:
+            _build.raise_traced_failure(e, self.spec, self.leaves, "update")
+            raise
+
+
+def name_of(w: Any) -> str:
+    """The public name of a wrapped object's factory (``optax.adam``), for messages."""
+    return w._core.spec.info.name
+
+
+def argument_names(w: Any) -> tuple[str, ...]:
+    """The names of a wrapped object's arguments, in signature order."""
+    return w._core.spec.names
+
+
+class _Wrapped(Wrapped):
+    """Behaviour shared by wrapped transformations and wrapped schedules."""
+
+    _core: Core
+
+    @property
+    def factory(self) -> Callable[..., Any]:
+        """The factory this object rebuilds (as given to ``wrap``)."""
+        return self._core.spec.info.public
+
+    @property
+    def hyperparams(self) -> dict[str, Any]:
+        """Argument name -> value: dynamic leaves, wrapped children, static values."""
+        return self._core.arguments(build_children=False)
+
+    @property
+    def dynamic_argnames(self) -> tuple[str, ...]:
+        """Arguments stored as leaves (numeric hyperparameters and children)."""
+        return self._core.spec.leaf_names
+
+    @property
+    def static_argnames(self) -> tuple[str, ...]:
+        """Arguments stored as static aux data (part of the treedef)."""
+        spec = self._core.spec
+        return tuple(n for n, r in spec.roles.items() if r == STATIC)
+
+    @property
+    def detected_static_argnames(self) -> tuple[str, ...]:
+        """Numeric arguments that automatic detection found must be static."""
+        return self._core.spec.detected
+
+    @property
+    def guarded_argnames(self) -> tuple[str, ...]:
+        """Dynamic arguments the factory compares in Python: their branch is static.
+
+        Values that take the same branches (the same outcome of every
+        comparison, :attr:`guards`) share one treedef and one compilation.
+        """
+        return self._core.spec.guarded
+
+    @property
+    def guards(self) -> tuple[str, ...]:
+        """The comparisons the factory made of its dynamic arguments, with their outcomes.
+
+        Example:
+            >>> import optax, optax_pytree as opx
+            >>> opx.wrap(optax.exponential_decay, 1.0, 10, 0.5).guards
+            ('transition_steps <= 0 is False', 'decay_rate == 0 is False', 'transition_begin < 0 is False')
+        """
+        return self._core.spec.guard_text()
+
+    def build(self) -> Any:
+        """The plain optax object (transformation or schedule) for the current values."""
+        return self._core.build()
+
+    def replace(self, **changes: Any) -> Any:
+        """A copy with some arguments changed, validated and classified like ``wrap``.
+
+        A guarded argument's new value is checked against the factory's
+        branches: on another branch it is another static configuration (as
+        ``wrap`` with that value gives). A traced value (``replace`` inside
+        ``jit`` or ``scan``) keeps the branches of this object, and is checked
+        where the object is used (see :attr:`guards`).
+
+        A new value for a dynamic argument keeps the placement of the old one
+        where that was chosen (``jax.device_put``): a hyperparameter
+        replicated over a mesh stays replicated, so a sharded ``jit`` taking
+        the optimizer does not retrace.
+
+        Example:
+            >>> import optax, optax_pytree as opx
+            >>> tx = opx.wrap(optax.adam, learning_rate=1e-3)
+            >>> float(tx.replace(learning_rate=3e-4).learning_rate)
+            0.0003000000142492354
+        """
+        from . import _wrap
+
+        spec = self._core.spec
+        for name in changes:
+            if name not in spec.roles:
+                raise ValueError(
+                    f"{spec.info.name}: replace() got unknown argument {name!r}; "
+                    f"its arguments are {list(spec.names)}"
+                )
+        new = _wrap.make(spec.info, {**self.hyperparams, **changes}, spec.options, previous=spec)
+        return _keep_placement(self, new)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in ("_core", "_flat"):
+            raise AttributeError(name)
+        core = self.__dict__.get("_core")
+        if core is not None and name in core.spec.roles:
+            return core.argument(name)
+        if core is not None and not name.startswith("_"):
+            # Public attributes of what the factory returns, e.g. the
+            # ``has_updated`` of an ``optax.MultiSteps``.
+            built = core.build_raw()
+            if hasattr(built, name) and not isinstance(built, tuple):
+                return getattr(built, name)
+        raise AttributeError(
+            f"{type(self).__name__} of {core.spec.info.name if core else '?'} has no attribute "
+            f"or argument {name!r}"
+        )
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        core = self.__dict__.get("_core")
+        owner = core.spec.info.name if core is not None else "?"
+        if core is not None and name in core.spec.roles:
+            raise AttributeError(
+                f"{type(self).__name__} of {owner} is immutable: use tx = tx.replace({name}=...) "
+                f"to change argument {name!r}"
+            )
+        raise AttributeError(f"{type(self).__name__} of {owner} is immutable: use replace(...)")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable: use replace(...)")
+
+    def __dir__(self) -> Iterable[str]:
+        return [*super().__dir__(), *self._core.spec.names]
+
+    def __reduce__(self) -> Any:
+        spec = self._core.spec
+        options = spec.options
+        return (
+            _rebuild,
+            (
+                _FactoryRef(spec.info.public),
+                self.hyperparams,
+                tuple(sorted(options.static)),
+                tuple(sorted(options.dynamic)),
+                None if options.dynamic_only is None else tuple(sorted(options.dynamic_only)),
+            ),
+        )
+
+    def __copy__(self) -> Any:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        return jax.tree_util.tree_map(lambda x: copy.deepcopy(x, memo), self)
+
+    def __repr__(self) -> str:
+        spec = self._core.spec
+        parts = []
+        for name, value in self.hyperparams.items():
+            role = spec.roles[name]
+            if role == DYNAMIC:
+                parts.append(f"{name}={_describe_leaf(value, name in spec.modes)}")
+            elif role == STATIC and name in spec.detected:
+                parts.append(f"{name}={value!r} <static: detected>")
+            elif role == STATIC and name in spec.options.static and _leaves.is_numeric(value):
+                parts.append(f"{name}={value!r} <static>")
+            else:
+                parts.append(f"{name}={value!r}")
+        return f"wrap({spec.info.name}, {', '.join(parts)})"
+
+
+def _describe_leaf(x: Any, guarded: bool = False) -> str:
+    kind = "dynamic, guarded" if guarded else "dynamic"
+    if _leaves.is_tracer(x):
+        return f"<{kind} {x.aval.str_short()}>"
+    if isinstance(x, (jax.Array, np.ndarray)):
+        aval = _leaves.aval_text(x.shape, x.dtype)
+        if x.size == 1:
+            return f"{np.asarray(x).reshape(())[()]!s} <{kind} {aval}>"
+        return f"<{kind} {aval}>"
+    return f"{x!r} <{kind}>"
+
+
+class PyTreeTransformation(_Wrapped, optax.GradientTransformationExtraArgs):
+    """An optax transformation that is a pytree of its hyperparameters.
+
+    Made by :func:`~optax_pytree.wrap`. It is an
+    ``optax.GradientTransformationExtraArgs`` (a tuple ``(init, update)``), so
+    it goes wherever optax takes one.
+    """
+
+    def init(self, params: Any) -> Any:  # pyright: ignore[reportIncompatibleVariableOverride]
+        """Exactly the factory's ``init`` for the current hyperparameters."""
+        return self._core.init(params)
+
+    def update(  # pyright: ignore[reportIncompatibleVariableOverride]
+        self, updates: Any, state: Any, params: Any = None, **extra_args: Any
+    ) -> tuple[Any, Any]:
+        """Exactly the factory's ``update``; extra arguments are forwarded."""
+        return self._core.update(updates, state, params, **extra_args)
+
+    def gradient_transformation(self) -> PyTreeTransformation:
+        """Itself: what ``optax.MultiSteps(...).gradient_transformation()`` gives."""
+        return self
+
+    # Equality and hash are the tuple's: its elements are per-object bound
+    # methods, so equality is identity, as for any optax transformation.
+
+
+class PyTreeSchedule(_Wrapped):
+    """An optax schedule (step count -> value) that is a pytree of its arguments."""
+
+    def __call__(self, count: Any) -> Any:
+        return self._core.build()(count)
+
+
+_CLASSES = {"transformation": PyTreeTransformation, "schedule": PyTreeSchedule}
+
+
+def new(spec: Spec, leaves: tuple[Any, ...]) -> Any:
+    # Also on the dispatch path (every jitted call that returns or rebuilds
+    # a wrapped object): kept to the fewest Python-level steps.
+    core = _new_core(Core)
+    core.spec = spec
+    core.leaves = leaves
+    if spec.kind == "transformation":
+        obj = _new_tuple(PyTreeTransformation, (core.init, core.update))
+    else:
+        obj = _new_object(PyTreeSchedule)
+    d = obj.__dict__
+    d["_core"] = core
+    d["_flat"] = (leaves, spec)
+    return obj
+
+
+_new_core = _new_object = object.__new__
+_new_tuple = tuple.__new__
+
+
+# Flattening is on the dispatch path of every jitted call: a C-level getter of
+# a precomputed (children, aux) pair, no Python frame.
+_flatten = operator.attrgetter("_flat")
+
+
+def _flatten_with_keys(obj: Any) -> tuple[tuple[tuple[Any, Any], ...], Spec]:
+    core = obj._core
+    keys = tuple(jax.tree_util.GetAttrKey(n) for n in core.spec.leaf_names)
+    return tuple(zip(keys, core.leaves)), core.spec
+
+
+def _unflatten(spec: Spec, leaves: Iterable[Any]) -> Any:
+    return new(spec, tuple(leaves))
+
+
+for _cls in _CLASSES.values():
+    jax.tree_util.register_pytree_with_keys(_cls, _flatten_with_keys, _unflatten, _flatten)
+
+
+# --------------------------------------------------------------------------
+# Placement.
+
+
+def _is_committed(x: Any) -> bool:
+    return isinstance(x, jax.Array) and not _leaves.is_tracer(x) and x.committed
+
+
+def _keep_leaf_placement(old: Any, new: Any) -> Any:
+    placed = _is_committed(old) and isinstance(new, jax.Array) and not _is_committed(new)
+    return jax.device_put(new, old.sharding) if placed and old.shape == new.shape else new
+
+
+def _keep_placement(old: Any, new: Any) -> Any:
+    """``new`` with its leaves placed as ``old``'s, where those were placed on purpose.
+
+    A leaf that ``jax.device_put`` placed (a committed array) and a fresh
+    value for it (uncommitted) have different shardings, which ``jit`` keys
+    its cache on; replacing one hyperparameter must not cost a retrace.
+    """
+    old_leaves, treedef = jax.tree_util.tree_flatten(old)
+    if not any(map(_is_committed, old_leaves)):  # the common case: nothing placed
+        return new
+    new_leaves, new_treedef = jax.tree_util.tree_flatten(new)
+    if new_treedef != treedef:  # another static configuration: nothing to match
+        return new
+    return jax.tree_util.tree_unflatten(treedef, list(map(_keep_leaf_placement, old_leaves, new_leaves)))
+
+
+# --------------------------------------------------------------------------
+# Pickling.
+
+
+class _FactoryRef:
+    """Pickles a factory by module and name, decorated or not."""
+
+    def __init__(self, factory: Any):
+        self.factory = factory
+
+    def __reduce__(self) -> Any:
+        f = self.factory
+        public = _bind.optax_name(f)
+        if public is not None:  # optax.nadam is a functools.partial: by its name
+            module_name, _, name = public.rpartition(".")
+            return (_resolve_factory, (module_name, name))
+        module, qualname = getattr(f, "__module__", None), getattr(f, "__qualname__", None)
+        if module and qualname and "<locals>" not in qualname:
+            return (_resolve_factory, (module, qualname))
+        return (_identity, (f,))
+
+
+def _identity(x: Any) -> Any:
+    return x
+
+
+def _resolve_factory(module: str, qualname: str) -> Any:
+    obj: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _rebuild(
+    factory: Any,
+    arguments: dict[str, Any],
+    static_argnames: tuple[str, ...],
+    dynamic_argnames: tuple[str, ...],
+    dynamic_only: tuple[str, ...] | None = None,
+) -> Any:
+    from . import _wrap
+
+    if isinstance(factory, _FactoryRef):
+        factory = factory.factory
+    info = _bind.factory_info(factory)
+    options = Options(
+        frozenset(static_argnames),
+        frozenset(dynamic_argnames),
+        None if dynamic_only is None else frozenset(dynamic_only),
+    )
+    return _wrap.make(info, arguments, options)
+
+
+__all__ = ["PyTreeSchedule", "PyTreeTransformation", "is_wrapped", "name_of"]
