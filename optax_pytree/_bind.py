@@ -130,7 +130,14 @@ class FactoryInfo:
 
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         """Argument name -> value, defaults included; ``**kwargs`` entries flattened."""
-        if not args and self.simple:
+        if self.simple and len(args) <= len(self.named):
+            if args:  # positional arguments fill the first parameters, in order
+                given = {}
+                for p, value in zip(self.named, args):
+                    if p.kind is p.KEYWORD_ONLY or p.name in kwargs:
+                        return self._bind_slowly(args, kwargs)  # let inspect word the error
+                    given[p.name] = value
+                kwargs = {**given, **kwargs}
             for k in kwargs:
                 if k not in self.param_names:
                     raise TypeError(
@@ -146,6 +153,9 @@ class FactoryInfo:
                 else:
                     raise TypeError(f"{self.name}: missing required argument {p.name!r}")
             return out
+        return self._bind_slowly(args, kwargs)
+
+    def _bind_slowly(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         try:
             bound = self.signature.bind(*args, **kwargs)
         except TypeError as e:

@@ -361,7 +361,9 @@ def classify(info: FactoryInfo, arguments: dict[str, Any], options: Options) -> 
         elif _leaves.is_numeric(value) and (options.dynamic_only is None or name in options.dynamic_only):
             role = DYNAMIC
             out.candidates.append(name)
-            key_parts.append((name, role, _leaves.aval_key(value)))
+            # Not the shape: a batch of values (a population, replaced outside
+            # vmap) takes the branches of its members (checked elementwise).
+            key_parts.append((name, role, _leaves.kind_key(value)))
         else:
             role = STATIC
             key_parts.append((name, role, _static.freeze(value)))

@@ -254,17 +254,24 @@ class Analysis:
         self.guards = guards
         self.undecided = undecided
         self.warned = warned
-        self.static_key = tuple(_static.freeze((values or {})[n]) for n in static)
+        self.static_key = tuple(_static.freeze(static_form((values or {})[n])) for n in static)
 
     def matches(self, values: Mapping[str, Any], pyvals: Mapping[str, Any]) -> bool | None:
-        """Whether these values take this analysis' branches (None: cannot tell, traced)."""
-        if tuple(_static.freeze(values[n]) for n in self.static) != self.static_key:
+        """Whether these values take this analysis' branches (None: cannot tell, traced).
+
+        Python values are compared as the factory compared them; a batch of
+        concrete values (a population) matches if every member does.
+        """
+        if tuple(_static.freeze(static_form(values[n])) for n in self.static) != self.static_key:
             return False
         if not self.guards:
             return True
         env = {n: pyvals.get(n) for n in self.modes}
         if any(v is None for v in env.values()):
-            return None
+            batch = {n: values[n] for n in self.modes}
+            if any(is_tracer(v) for v in batch.values()):
+                return None
+            env = {n: np.asarray(v) for n, v in batch.items()}
         return not _guard.mismatches(self.guards, env)
 
 

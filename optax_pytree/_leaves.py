@@ -142,10 +142,37 @@ def aval_text(shape: tuple[int, ...], dtype: Any) -> str:
     return f"{np.dtype(dtype).name}[{','.join(map(str, shape))}]"
 
 
+@functools.lru_cache(maxsize=256)
+def _canonical_of(dtype: Any, x64: bool) -> np.dtype[Any]:
+    del x64  # part of the cache key: canonical dtypes follow jax_enable_x64
+    return np.dtype(jax.dtypes.canonicalize_dtype(dtype))
+
+
+def _canonical(dtype: Any) -> np.dtype[Any]:
+    return _canonical_of(np.dtype(dtype), bool(jax.config.jax_enable_x64))  # pyright: ignore[reportAttributeAccessIssue]
+
+
+@functools.lru_cache(maxsize=16)
+def _python_key(t: type, x64: bool) -> tuple[Any, ...]:
+    return ((), _canonical_of(np.result_type(t), x64), True)
+
+
 def aval_key(x: Any) -> Any:
-    """Hashable description of a leaf's abstract value (shape, dtype, weak type)."""
-    if isinstance(x, _PY_NUMBERS):
-        return type(x)
+    """Hashable description of the leaf ``x`` becomes: (shape, dtype, weak type).
+
+    The leaf's, not the value's: a Python float, a NumPy float scalar and a
+    0-d float32 array are one key, as they are one leaf (see ``to_leaves``).
+    """
+    if type(x) in _PY_NUMBERS:
+        return _python_key(type(x), bool(jax.config.jax_enable_x64))  # pyright: ignore[reportAttributeAccessIssue]
     if isinstance(x, (np.ndarray, np.generic, jax.Array)):
-        return (x.shape, x.dtype, bool(getattr(x, "weak_type", False)))
+        if x.ndim == 0 and x.dtype in _DEFAULT_KINDS:
+            return ((), _canonical(x.dtype), True)
+        return (tuple(x.shape), _canonical(x.dtype), bool(getattr(x, "weak_type", False)))
     return jax.tree_util.tree_structure(x)
+
+
+def kind_key(x: Any) -> Any:
+    """:func:`aval_key` without the shape: a batch of values is the same kind of argument."""
+    key = aval_key(x)
+    return key[1:] if isinstance(key, tuple) else key

@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _static, _wrap
+from . import _guard, _static, _wrap
 
 # --------------------------------------------------------------------------
 # Paths: "args[1].learning_rate", as ``jax.tree_util.keystr`` writes them.
@@ -147,7 +147,7 @@ def _difference(a: Any, b: Any, path: str = "") -> str | None:
                     return f"static argument {p!r} of {_wrap.name_of(a)}: {ha[name]!r} vs {hb[name]!r}"
             elif (found := _difference(ha[name], hb[name], f"{path}.{name}")) is not None:
                 return found
-        return None
+        return _guard_difference(a, b, path)
     if isinstance(a, dict) and isinstance(b, dict):
         if list(a) != list(b):
             return f"{where!r} has keys {list(a)} in one and {list(b)} in the other"
@@ -164,6 +164,21 @@ def _difference(a: Any, b: Any, path: str = "") -> str | None:
         return None
     if jax.tree_util.tree_structure(a) != jax.tree_util.tree_structure(b):
         return f"{where!r} is {_short(a)} in one and {_short(b)} in the other"
+    return None
+
+
+def _guard_difference(a: Any, b: Any, path: str) -> str | None:
+    """Where two wrapped objects' guarded arguments take different branches, in words."""
+    ga, gb = dict(a._core.spec.guards), dict(b._core.spec.guards)
+    for key in [*ga, *(k for k in gb if k not in ga)]:
+        if ga.get(key) != gb.get(key):
+            names = sorted(_guard.key_names(key))
+            p = ", ".join(repr(f"{path}.{n}".lstrip(".")) for n in names)
+            return (
+                f"argument {p} of {_wrap.name_of(a)} takes another branch of the factory in one "
+                f"than in the other ({_guard.key_text(key)}: {ga.get(key, 'not compared')} vs "
+                f"{gb.get(key, 'not compared')})"
+            )
     return None
 
 

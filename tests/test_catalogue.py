@@ -119,3 +119,58 @@ def test_schedule_matches_optax(name: str, factory: Any) -> None:
     for factor in (0.5, 0.25):
         values(scale_leaf(schedule, path, factor), SCHEDULE_STEPS)
     assert traces == [1]
+
+
+def _detected(tree: Any, out: dict[str, list[str]]) -> None:
+    """Detected-static and guarded arguments of every wrapped object in ``tree``."""
+    from optax_pytree._classify import is_wrapped
+
+    nodes = jax.tree_util.tree_leaves(tree, is_leaf=lambda x: x is not tree and is_wrapped(x))
+    for node in [tree, *(n for n in nodes if is_wrapped(n))]:
+        if not is_wrapped(node):
+            continue
+        name = node._core.spec.info.name
+        out["static"].extend(f"{name}.{a}" for a in node.detected_static_argnames)
+        out["guarded"].extend(f"{name}.{a}" for a in node.guarded_argnames)
+        if node is not tree:
+            _detected(node, out)
+
+
+def test_only_what_needs_a_python_value_is_static() -> None:
+    """Across the catalogue, at its values: static only for shapes, keys, conversions.
+
+    Everything optax merely compares in a Python ``if`` is guarded (dynamic).
+    Printed with ``pytest -s`` for the record.
+    """
+    found: dict[str, list[str]] = {"static": [], "guarded": []}
+    for name, factory, _ in CATALOGUE:
+        _detected(call(name, factory, wrapped), found)
+    static, guarded = sorted(set(found["static"])), sorted(set(found["guarded"]))
+    print(f"\n{len(static)} detected static: {static}\n{len(guarded)} guarded: {guarded}")
+    # Needed as Python values: allocation sizes, dict keys, int(), isinstance.
+    allowed = {
+        "optax.MultiSteps.every_k_schedule",  # isinstance(every_k_schedule, int)
+        "optax.adafactor.min_dim_size_to_factor",  # compared with each parameter's shape
+        "optax.scale_by_factored_rms.min_dim_size_to_factor",
+        "optax.lbfgs.memory_size",  # the size of its history
+        "optax.scale_by_lbfgs.memory_size",
+        "optax.contrib.galore.rank",  # a slice size
+        "optax.contrib.scale_by_galore.rank",
+        "optax.contrib.mechanize.num_betas",  # an allocation size
+        "optax.cosine_onecycle_schedule.transition_steps",  # dict keys: int(pct_start * transition_steps)
+        "optax.cosine_onecycle_schedule.pct_start",
+        "optax.linear_onecycle_schedule.transition_steps",
+        "optax.linear_onecycle_schedule.pct_start",
+        "optax.linear_onecycle_schedule.pct_final",
+    }
+    assert set(static) <= allowed, sorted(set(static) - allowed)
+    for expected in (
+        "optax.warmup_cosine_decay_schedule.peak_value",
+        "optax.warmup_cosine_decay_schedule.warmup_steps",
+        "optax.exponential_decay.decay_rate",
+        "optax.linear_schedule.transition_steps",
+        "optax.contrib.reduce_on_plateau.factor",
+        "optax.scale_by_sm3.b2",
+        "optax.lookahead.sync_period",
+    ):
+        assert expected in guarded, expected
