@@ -124,7 +124,7 @@ def test_reduce_on_plateau_factor_sweep_compiles_once() -> None:
     step, traces = counting_jit(plateau)
     for factor in (0.5, 0.2):
         got = step(opx.wrap(optax.contrib.reduce_on_plateau, factor=factor, patience=1))
-        expected = jax.jit(lambda: plateau(optax.contrib.reduce_on_plateau(factor=factor, patience=1)))()
+        expected = jax.jit(plateau, static_argnums=0)(optax.contrib.reduce_on_plateau(factor=factor, patience=1))
         assert_tree_allclose(got, expected)
     assert traces == [1]
 
@@ -154,6 +154,10 @@ def test_call_time_guard_kept_in_update() -> None:
 # Never silently wrong: a value that left its branch without re-making the object.
 
 
+def _halve_floats(x: Any) -> Any:
+    return x * 0.5 if jnp.issubdtype(x.dtype, jnp.floating) else x
+
+
 def _nan_everywhere(tree: Any) -> bool:
     return all(bool(jnp.all(jnp.isnan(x))) for x in jax.tree_util.tree_leaves(tree))
 
@@ -172,7 +176,7 @@ def test_tree_map_to_another_branch_is_caught() -> None:
     params = jax.jit(train)(stale_tx, PARAMS)
     assert _nan_everywhere(params)
     # Changing it on its branch is fine, and replace() re-checks.
-    halved = jax.tree_util.tree_map(lambda x: x * 0.5 if jnp.issubdtype(x.dtype, jnp.floating) else x, schedule)
+    halved = jax.tree_util.tree_map(_halve_floats, schedule)
     assert_tree_allclose(halved(3), schedule.replace(peak_value=0.05, end_value=5e-4, exponent=0.5)(3))
     assert "peak_value == 0.0 is True" in schedule.replace(peak_value=0.0).guards
 
@@ -205,7 +209,7 @@ def test_traced_replace_inside_jit_keeps_the_branch_and_is_checked() -> None:
 def test_vmapped_members_on_another_branch_are_nan_the_others_exact() -> None:
     schedule = warmup_cosine(wrapped, 0.1)
     # A batch made by hand, bypassing stack/grid: member 1 has peak_value 0.0.
-    half = jax.tree_util.tree_map(lambda x: x * 0.5 if jnp.issubdtype(x.dtype, jnp.floating) else x, schedule)
+    half = jax.tree_util.tree_map(_halve_floats, schedule)
     mixed = jax.tree_util.tree_map(lambda x, h: jnp.stack([x, x * 0, h]), schedule, half)
     values = jax.jit(jax.vmap(lambda s: s(3)))(mixed)
     assert float(values[0]) == pytest.approx(float(warmup_cosine(raw, 0.1)(3)))
