@@ -124,7 +124,8 @@ def test_reduce_on_plateau_factor_sweep_compiles_once() -> None:
     step, traces = counting_jit(plateau)
     for factor in (0.5, 0.2):
         got = step(opx.wrap(optax.contrib.reduce_on_plateau, factor=factor, patience=1))
-        expected = jax.jit(plateau, static_argnums=0)(optax.contrib.reduce_on_plateau(factor=factor, patience=1))
+        reference = optax.contrib.reduce_on_plateau(factor=factor, patience=1)
+        expected = jax.jit(plateau, static_argnums=0)(reference)
         assert_tree_allclose(got, expected)
     assert traces == [1]
 
