@@ -431,3 +431,15 @@ def test_importing_the_drop_in_warns_nothing() -> None:
         timeout=120,
     )
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_grad_with_respect_to_a_guarded_peak_learning_rate() -> None:
+    def final_loss(schedule: Any) -> Any:
+        return loss(train(opx.wrap(optax.sgd, learning_rate=schedule), PARAMS, steps=4))
+
+    schedule = warmup_cosine(wrapped, 0.05)
+    grads = jax.jit(jax.grad(final_loss, allow_int=True))(schedule)  # warmup_steps is an int leaf
+    h = 1e-3
+    f = jax.jit(final_loss)
+    fd = (f(schedule.replace(peak_value=0.05 + h)) - f(schedule.replace(peak_value=0.05 - h))) / (2 * h)
+    np.testing.assert_allclose(grads.peak_value, fd, rtol=2e-2)
