@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable
-from typing import Any
+from typing import Any, overload
 
 import jax
 import jax.numpy as jnp
@@ -19,7 +19,10 @@ import optax
 
 from . import _leaves
 from ._wrap import (
+    Names,
+    P,
     PyTreeTransformation,
+    Transformation,
     argument_names,
     is_wrapped,
     name_of,
@@ -371,6 +374,37 @@ jax.tree_util.register_pytree_with_keys(
 )
 
 
+@overload
+def wrap_transformation_as_pytree_with_state(
+    tx: PyTreeTransformation, /
+) -> PyTreeTransformationWithState: ...
+@overload
+def wrap_transformation_as_pytree_with_state(
+    factory: Callable[P, Transformation], /, *args: P.args, **kwargs: P.kwargs
+) -> PyTreeTransformationWithState: ...
+@overload
+def wrap_transformation_as_pytree_with_state(
+    factory: Callable[..., Transformation],
+    /,
+    *args: Any,
+    static_argnames: Names,
+    dynamic_argnames: Names = (),
+    dynamic_only: Names | None = None,
+    **kwargs: Any,
+) -> PyTreeTransformationWithState: ...
+@overload
+def wrap_transformation_as_pytree_with_state(
+    factory: Callable[..., Transformation],
+    /,
+    *args: Any,
+    dynamic_argnames: Names,
+    dynamic_only: Names | None = None,
+    **kwargs: Any,
+) -> PyTreeTransformationWithState: ...
+@overload
+def wrap_transformation_as_pytree_with_state(
+    factory: Callable[..., Transformation], /, *args: Any, dynamic_only: Names, **kwargs: Any
+) -> PyTreeTransformationWithState: ...
 def wrap_transformation_as_pytree_with_state(
     factory: Callable[..., Any] | PyTreeTransformation, /, *args: Any, **kwargs: Any
 ) -> PyTreeTransformationWithState:
@@ -440,7 +474,7 @@ def wrap_transformation_as_pytree_with_state(
             "e.g. wrap_transformation_as_pytree_with_state(optax.adam, learning_rate=1e-3)"
         )
     else:
-        tx = wrap_transformation_as_pytree(factory, *args, **kwargs)
+        tx = wrap_transformation_as_pytree(factory, *args, **kwargs)  # pyright: ignore[reportCallIssue, reportArgumentType]
     if not isinstance(tx, PyTreeTransformation):
         raise TypeError(
             f"wrap_transformation_as_pytree_with_state: {name_of(tx)} gives a schedule, "

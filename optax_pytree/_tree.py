@@ -14,7 +14,7 @@ import copy
 import importlib
 import operator
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 import jax
 import numpy as np
@@ -78,6 +78,9 @@ def argument_names(w: Any) -> tuple[str, ...]:
     return w._core.spec.names
 
 
+_W = TypeVar("_W", bound="_Wrapped")
+
+
 class _Wrapped(Wrapped):
     """Behaviour shared by wrapped transformations and wrapped schedules."""
 
@@ -133,7 +136,7 @@ class _Wrapped(Wrapped):
         """The plain optax object (transformation or schedule) for the current values."""
         return self._core.build()
 
-    def replace(self, **changes: Any) -> Any:
+    def replace(self: _W, **changes: Any) -> _W:
         """A copy with some arguments changed, validated and classified like ``wrap``.
 
         A guarded argument's new value is checked against the factory's

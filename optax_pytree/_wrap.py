@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, ParamSpec, Protocol, overload
 
 import jax
 
@@ -21,6 +21,26 @@ from . import _bind, _detect, _guard, _leaves, _spec, _tree
 from ._bind import FactoryInfo
 from ._classify import CHILD, Classified, Options, classify, make_options
 from ._detect import Analysis
+
+P = ParamSpec("P")
+Names = str | Iterable[str]
+
+
+class Transformation(Protocol):
+    """What a transformation factory returns: anything with ``init`` and ``update``.
+
+    ``optax.GradientTransformation`` and ``optax.MultiSteps`` alike.
+    """
+
+    @property
+    def init(self) -> Callable[..., Any]: ...
+
+    @property
+    def update(self) -> Callable[..., Any]: ...
+
+
+# What a schedule factory returns: a callable of the step count.
+Schedule = Callable[[Any], Any]
 
 # Kept importable from here: the names other modules and tests know.
 PyTreeTransformation = _tree.PyTreeTransformation
@@ -161,13 +181,71 @@ def make(
     return _tree.new(spec, leaves)
 
 
+# Typed so that an editor checks and completes the factory's own arguments
+# (ParamSpec). The options cannot share a ParamSpec signature: a call that
+# gives one is typed by the overloads below, each requiring it; opx.static()
+# and opx.dynamic() around a value are the typed spelling for one argument.
+@overload
+def wrap_transformation_as_pytree(
+    factory: Callable[P, Transformation], /, *args: P.args, **kwargs: P.kwargs
+) -> PyTreeTransformation: ...
+@overload
+def wrap_transformation_as_pytree(
+    factory: Callable[P, Schedule], /, *args: P.args, **kwargs: P.kwargs
+) -> PyTreeSchedule: ...
+@overload
+def wrap_transformation_as_pytree(
+    factory: Callable[..., Transformation],
+    /,
+    *args: Any,
+    static_argnames: Names,
+    dynamic_argnames: Names = (),
+    dynamic_only: Names | None = None,
+    **kwargs: Any,
+) -> PyTreeTransformation: ...
+@overload
+def wrap_transformation_as_pytree(
+    factory: Callable[..., Transformation],
+    /,
+    *args: Any,
+    dynamic_argnames: Names,
+    dynamic_only: Names | None = None,
+    **kwargs: Any,
+) -> PyTreeTransformation: ...
+@overload
+def wrap_transformation_as_pytree(
+    factory: Callable[..., Transformation], /, *args: Any, dynamic_only: Names, **kwargs: Any
+) -> PyTreeTransformation: ...
+@overload
+def wrap_transformation_as_pytree(
+    factory: Callable[..., Schedule],
+    /,
+    *args: Any,
+    static_argnames: Names,
+    dynamic_argnames: Names = (),
+    dynamic_only: Names | None = None,
+    **kwargs: Any,
+) -> PyTreeSchedule: ...
+@overload
+def wrap_transformation_as_pytree(
+    factory: Callable[..., Schedule],
+    /,
+    *args: Any,
+    dynamic_argnames: Names,
+    dynamic_only: Names | None = None,
+    **kwargs: Any,
+) -> PyTreeSchedule: ...
+@overload
+def wrap_transformation_as_pytree(
+    factory: Callable[..., Schedule], /, *args: Any, dynamic_only: Names, **kwargs: Any
+) -> PyTreeSchedule: ...
 def wrap_transformation_as_pytree(
     factory: Callable[..., Any],
     /,
     *args: Any,
-    static_argnames: str | Iterable[str] = (),
-    dynamic_argnames: str | Iterable[str] = (),
-    dynamic_only: str | Iterable[str] | None = None,
+    static_argnames: Names = (),
+    dynamic_argnames: Names = (),
+    dynamic_only: Names | None = None,
     **kwargs: Any,
 ) -> Any:
     """Wraps an optax factory's result as a pytree of its hyperparameters.
@@ -260,13 +338,35 @@ def wrap_transformation_as_pytree(
 wrap = wrap_transformation_as_pytree
 
 
+class Decorator(Protocol):
+    """What ``pytree_transformation(static_argnames=...)`` returns: a typed decorator."""
+
+    @overload
+    def __call__(self, factory: Callable[P, Transformation], /) -> Callable[P, PyTreeTransformation]: ...
+    @overload
+    def __call__(self, factory: Callable[P, Schedule], /) -> Callable[P, PyTreeSchedule]: ...
+
+
+@overload
+def pytree_transformation(factory: Callable[P, Transformation], /) -> Callable[P, PyTreeTransformation]: ...
+@overload
+def pytree_transformation(factory: Callable[P, Schedule], /) -> Callable[P, PyTreeSchedule]: ...
+@overload
+def pytree_transformation(
+    factory: None = None,
+    /,
+    *,
+    static_argnames: Names = (),
+    dynamic_argnames: Names = (),
+    dynamic_only: Names | None = None,
+) -> Decorator: ...
 def pytree_transformation(
     factory: Callable[..., Any] | None = None,
     /,
     *,
-    static_argnames: str | Iterable[str] = (),
-    dynamic_argnames: str | Iterable[str] = (),
-    dynamic_only: str | Iterable[str] | None = None,
+    static_argnames: Names = (),
+    dynamic_argnames: Names = (),
+    dynamic_only: Names | None = None,
 ) -> Any:
     """Decorates a factory so that calling it returns a wrapped object.
 

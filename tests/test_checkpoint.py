@@ -155,8 +155,9 @@ def test_restore_needs_a_signature(tmp_path: Any) -> None:
 
 
 def test_signature() -> None:
-    def scale(x: Any) -> Any:
-        return x
+    def scale(updates: Any, params: Any = None) -> Any:
+        del params
+        return updates
 
     tree = {
         "opt": with_state(

@@ -264,7 +264,7 @@ def test_help_shows_optax_doc_and_signature() -> None:
     for factory in (dropin_optax.adamw, dropin_optax.nadam, dropin_optax.contrib.muon):
         text = pydoc.plain(pydoc.render_doc(factory))
         assert factory.__name__ + "(learning_rate" in text
-        assert factory.__doc__.strip().splitlines()[0] in text
+        assert (factory.__doc__ or "").strip().splitlines()[0] in text
 
 
 def test_submodules_import_and_share_factories() -> None:
@@ -291,9 +291,9 @@ def test_deprecated_names_behave_like_optax() -> None:
     assert record[0].filename == __file__  # at the user's line
     assert dpsgd is dropin_optax.contrib.dpsgd
     with pytest.raises(AttributeError, match="monte_carlo is deprecated"):
-        dropin_optax.monte_carlo  # noqa: B018
+        dropin_optax.monte_carlo  # noqa: B018  # pyright: ignore[reportAttributeAccessIssue]
     with pytest.raises(AttributeError, match=r"'optax_pytree\.optax' has no attribute 'nope'"):
-        dropin_optax.nope  # noqa: B018
+        dropin_optax.nope  # noqa: B018  # pyright: ignore[reportAttributeAccessIssue]
 
 
 def test_combinators_make_one_pytree() -> None:
@@ -321,7 +321,7 @@ def test_multisteps_is_a_function() -> None:
     state = tx.init({"w": jnp.ones(3)})
     assert not tx.has_updated(state)
     with pytest.raises(TypeError):
-        isinstance(tx, dropin_optax.MultiSteps)
+        isinstance(tx, dropin_optax.MultiSteps)  # pyright: ignore[reportArgumentType]
 
 
 def test_factories_accept_traced_values_like_optax() -> None:

@@ -304,7 +304,7 @@ def test_extra_update_arguments_reach_the_inner_transformation() -> None:
     expected, _ = reference.update(grads, reference.init(grads), scale=3.0)
     tx = opx.wrap(optax.MultiSteps, opx.wrap(scaled, 2.0), every_k_schedule=1)
     got, _ = tx.update(grads, tx.init(grads), scale=3.0)
-    np.testing.assert_allclose(expected["w"], [6.0, 12.0])
+    np.testing.assert_allclose(np.asarray(expected["w"]), [6.0, 12.0])  # pyright: ignore[reportIndexIssue, reportArgumentType]
     assert_tree_allclose(got, expected)
     got, _ = jax.jit(lambda tx, g: tx.update(g, tx.init(g), scale=3.0))(tx, grads)
     assert_tree_allclose(got, expected)
@@ -316,7 +316,11 @@ def needs_x(n: int) -> optax.GradientTransformation:
     def init(params: Any) -> Any:
         return {"count": jnp.zeros((), jnp.int32), "x": params["x"] * n}
 
-    return optax.GradientTransformation(init, lambda u, s, p=None: (u, s))
+    def update(updates: Any, state: Any, params: Any = None) -> Any:
+        del params
+        return updates, state
+
+    return optax.GradientTransformation(init, update)
 
 
 def test_undecided_configuration_names_its_dynamic_arguments_on_any_failure() -> None:
@@ -378,8 +382,8 @@ def test_assigning_an_attribute_is_refused_naming_replace() -> None:
 @pytest.mark.parametrize(
     "call",
     [
-        lambda: opx.wrap(optax.adam, learning_rate="1e-3"),
-        lambda: dropin.adam("1e-3"),
+        lambda: opx.wrap(optax.adam, learning_rate="1e-3"),  # pyright: ignore[reportCallIssue, reportArgumentType]
+        lambda: dropin.adam("1e-3"),  # pyright: ignore[reportArgumentType]
         lambda: opx.wrap(optax.adam, 1e-3).replace(learning_rate="1e-3"),
     ],
     ids=["wrap", "drop-in", "replace"],
@@ -406,6 +410,7 @@ def test_deprecated_factory_warns_once_per_call_never_from_init_or_update() -> N
     expected = [
         (str(w.message), w.filename, w.lineno) for w in caught if issubclass(w.category, DeprecationWarning)
     ]
+    tx = None
     for _ in range(2):  # the first call and a cached one alike
         with pytest.warns(DeprecationWarning, match="optimistic_adam") as caught:
             tx = dropin.optimistic_adam(0.1)
@@ -415,6 +420,7 @@ def test_deprecated_factory_warns_once_per_call_never_from_init_or_update() -> N
             if issubclass(w.category, DeprecationWarning)
         ]
         assert got == expected
+    assert tx is not None
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         state = tx.init(PARAMS)

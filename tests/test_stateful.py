@@ -159,13 +159,13 @@ def test_made_from_a_wrapped_transformation() -> None:
     assert opt.factory is optax.sgd
     assert opt.hyperparams == tx.hyperparams
     with pytest.raises(TypeError, match="given alone"):
-        with_state(tx, 0.1)
+        with_state(tx, 0.1)  # pyright: ignore[reportCallIssue, reportArgumentType]
     with pytest.raises(TypeError, match="plain optax transformation"):
-        with_state(optax.sgd(0.1))  # pyright: ignore[reportArgumentType]
+        with_state(optax.sgd(0.1))  # pyright: ignore[reportArgumentType, reportCallIssue]
     with pytest.raises(TypeError, match=r"optax\.linear_schedule gives a schedule"):
-        with_state(optax.linear_schedule, 1.0, 0.1, 10)
+        with_state(optax.linear_schedule, 1.0, 0.1, 10)  # pyright: ignore[reportArgumentType]
     with pytest.raises(TypeError, match="unknown argument 'lr'"):
-        with_state(optax.sgd, lr=0.1)
+        with_state(optax.sgd, lr=0.1)  # pyright: ignore[reportCallIssue]
     # From a state made elsewhere (raw optax's init gives the same structure).
     opt = PyTreeTransformationWithState(tx, optax.sgd(0.1, momentum=0.9).init(PARAMS))
     assert opt.initialized
