@@ -1,19 +1,67 @@
-"""What the examples share: the smoke-test switch, where plots go, a small MLP on a 1-d task."""
+"""What the examples share: the smoke-test switch, progress output, where plots go, a small MLP."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import sys
+import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from tqdm import tqdm
 
 # Reduced sizes (a few steps) when run as a test: OPTAX_PYTREE_SMOKE=1 or --smoke.
 SMOKE = "--smoke" in sys.argv or os.environ.get("OPTAX_PYTREE_SMOKE", "") not in ("", "0")
 OUTPUT = Path(__file__).resolve().parent / "output"
+
+# Output appears as it is printed, also when piped or captured (a pipe is block-buffered).
+for _stream in (sys.stdout, sys.stderr):
+    if isinstance(_stream, io.TextIOWrapper):
+        _stream.reconfigure(line_buffering=True)
+
+_START = time.perf_counter()
+
+
+def log(message: str) -> None:
+    """Prints ``message`` on stdout at once, after the seconds since the example started."""
+    tqdm.write(f"[{time.perf_counter() - _START:6.1f} s] {message}", file=sys.stdout)
+    sys.stdout.flush()
+
+
+@contextlib.contextmanager
+def phase(name: str) -> Iterator[None]:
+    """Prints a line when the phase ``name`` starts and one, with its duration, when it ends."""
+    log(f"{name} ...")
+    start = time.perf_counter()
+    try:
+        yield
+    except BaseException:
+        log(f"{name}: failed after {time.perf_counter() - start:.2f} s")
+        raise
+    log(f"{name}: done in {time.perf_counter() - start:.2f} s")
+
+
+def progress(iterable: Iterable[Any], desc: str, *, total: int | None = None, unit: str = "it") -> Any:
+    """A ``tqdm`` progress bar over ``iterable``, on stderr (stdout keeps the results).
+
+    On a terminal it redraws ten times a second; piped or captured (as in the
+    smoke tests), every few seconds, so a log does not fill with redraws.
+    """
+    return tqdm(
+        iterable,
+        desc,
+        total=total,
+        unit=unit,
+        file=sys.stderr,
+        mininterval=0.1 if sys.stderr.isatty() else 3.0,
+        dynamic_ncols=True,
+    )
 
 
 def pyplot() -> Any:

@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from _shared import SMOKE
+from _shared import SMOKE, phase, progress
 
 import optax_pytree as opx
 
@@ -76,31 +76,39 @@ def fresh_state() -> dict[str, Any]:
 
 def main() -> None:
     # The reference: STEPS steps in one go.
-    uninterrupted = fresh_state()
-    for _ in range(STEPS):
-        uninterrupted = train_step(uninterrupted)
+    with phase(f"uninterrupted run: {STEPS} steps"):
+        uninterrupted = fresh_state()
+        for _ in progress(range(STEPS), "uninterrupted", unit="step"):
+            uninterrupted = train_step(uninterrupted)
+        jax.block_until_ready(uninterrupted)
 
     # The same run, stopped half way and saved...
-    state = fresh_state()
-    for _ in range(STEPS // 2):
-        state = train_step(state)
+    with phase(f"interrupted run: first {STEPS // 2} steps"):
+        state = fresh_state()
+        for _ in progress(range(STEPS // 2), "first half", unit="step"):
+            state = train_step(state)
+        jax.block_until_ready(state)
     with tempfile.TemporaryDirectory() as directory:
         path = os.path.join(directory, "step_half")
-        opx.save_checkpoint(path, state)
-        print(f"saved at step {int(state['opt'].state[1][0].count)}")
+        with phase("save, then restore into a fresh template"):
+            opx.save_checkpoint(path, state)
+            print(f"saved at step {int(state['opt'].state[1][0].count)}")
 
-        # ... and restored into a template built afresh (shapes and static
-        # configuration only; jax.eval_shape(fresh_state) would do as well).
-        restored = opx.restore_checkpoint(path, fresh_state())
-        try:
-            template = fresh_state()
-            template["opt"] = make_optimizer(nesterov=True).init(template["params"])
-            opx.restore_checkpoint(path, template)
-        except ValueError as e:
-            print(f"a template of another configuration is refused:\n{e}")
+            # ... and restored into a template built afresh (shapes and static
+            # configuration only; jax.eval_shape(fresh_state) would do as well).
+            restored = opx.restore_checkpoint(path, fresh_state())
+        with phase("restore into a template of another configuration (nesterov=True)"):
+            try:
+                template = fresh_state()
+                template["opt"] = make_optimizer(nesterov=True).init(template["params"])
+                opx.restore_checkpoint(path, template)
+            except ValueError as e:
+                print(f"a template of another configuration is refused:\n{e}")
 
-    for _ in range(STEPS - STEPS // 2):
-        restored = train_step(restored)
+    with phase(f"resumed run: last {STEPS - STEPS // 2} steps"):
+        for _ in progress(range(STEPS - STEPS // 2), "second half", unit="step"):
+            restored = train_step(restored)
+        jax.block_until_ready(restored)
     for a, b in zip(jax.tree_util.tree_leaves(restored), jax.tree_util.tree_leaves(uninterrupted)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     print(

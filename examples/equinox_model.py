@@ -17,7 +17,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import optax
-from _shared import SMOKE
+from _shared import SMOKE, phase, progress
 
 import optax_pytree as opx
 
@@ -54,11 +54,12 @@ def main() -> None:
     ts = TrainState(model, opt.init(eqx.filter(model, eqx.is_inexact_array)))
     print(f"initial loss {float(loss_fn(ts.model, x, y)):.4f}")
     for lr in LEARNING_RATES:
-        ts = eqx.tree_at(lambda t: t.opt, ts, ts.opt.replace(learning_rate=lr))
-        loss = jnp.nan
-        for _ in range(STEPS_PER_PHASE):
-            ts, loss = train_step(ts, x, y)
-        print(f"lr={lr:g}: loss {float(loss):.4f} after step {int(ts.opt.state[0].count)}")
+        with phase(f"{STEPS_PER_PHASE} steps at lr={lr:g}"):
+            ts = eqx.tree_at(lambda t: t.opt, ts, ts.opt.replace(learning_rate=lr))
+            loss = jnp.nan
+            for _ in progress(range(STEPS_PER_PHASE), f"lr={lr:g}", unit="step"):
+                ts, loss = train_step(ts, x, y)
+            print(f"lr={lr:g}: loss {float(loss):.4f} after step {int(ts.opt.state[0].count)}")
     print(f"traces of train_step: {traces}")
     assert traces == 1
 

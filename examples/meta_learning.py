@@ -15,14 +15,12 @@ Run: ``python examples/meta_learning.py``
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import optax
-from _shared import SMOKE, init_mlp, mse, pyplot, save, target
-from tqdm import tqdm
+from _shared import SMOKE, init_mlp, mse, phase, progress, pyplot, save, target
 
 import optax_pytree as opx
 
@@ -73,7 +71,9 @@ def main() -> dict[str, list[float]]:
     base = opx.wrap(optax.adam, learning_rate=1e-3, b1=0.2)
 
     # The hypergradient itself: a wrapped Adam whose leaves are d(meta_loss)/d(hyperparameter).
-    hypergradient = jax.jit(jax.grad(meta_loss))(base, params, train, val)
+    with phase(f"hypergradient through {INNER_STEPS} unrolled steps (compile and run)"):
+        hypergradient = jax.jit(jax.grad(meta_loss))(base, params, train, val)
+        jax.block_until_ready(hypergradient)
     print(
         f"d meta_loss / d learning_rate = {float(hypergradient.learning_rate):+.3g}, "
         f"d meta_loss / d b1 = {float(hypergradient.b1):+.3g} at lr=1e-3, b1=0.2"
@@ -102,13 +102,20 @@ def main() -> dict[str, list[float]]:
         return optax.apply_updates(meta_params, updates), meta_state, value
 
     history: dict[str, list[float]] = {"learning_rate": [], "b1": [], "val_loss": []}
-    progress = not SMOKE and sys.stderr.isatty()
-    for _ in tqdm(range(META_STEPS), "meta-steps", disable=not progress):
-        tx = to_optimizer(base, meta_params)
-        meta_params, meta_state, value = meta_step(meta_params, meta_state)
-        history["learning_rate"].append(float(tx.learning_rate))
-        history["b1"].append(float(tx.b1))
-        history["val_loss"].append(float(jnp.exp(value)))
+    with phase(f"{META_STEPS} meta-steps of {INNER_STEPS} inner steps each (the first compiles)"):
+        with progress(range(META_STEPS), "meta-steps", unit="step") as bar:
+            for _ in bar:
+                tx = to_optimizer(base, meta_params)
+                meta_params, meta_state, value = meta_step(meta_params, meta_state)
+                history["learning_rate"].append(float(tx.learning_rate))
+                history["b1"].append(float(tx.b1))
+                history["val_loss"].append(float(jnp.exp(value)))
+                bar.set_postfix(
+                    lr=f"{history['learning_rate'][-1]:.2e}",
+                    b1=f"{history['b1'][-1]:.2f}",
+                    val_loss=f"{history['val_loss'][-1]:.4f}",
+                    refresh=False,
+                )
     assert traces == 1
 
     tx = to_optimizer(base, meta_params)
@@ -118,7 +125,8 @@ def main() -> dict[str, list[float]]:
         f"{float(tx.learning_rate):.2e}, b1 {history['b1'][0]:.2f} -> {float(tx.b1):.2f}; "
         f"validation loss {first:.4f} -> {last:.4f} (one compilation)"
     )
-    plot(history)
+    with phase("plot"):
+        plot(history)
     return history
 
 

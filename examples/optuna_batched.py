@@ -15,7 +15,6 @@ Run: ``python examples/optuna_batched.py``
 from __future__ import annotations
 
 import math
-import sys
 import time
 from typing import Any
 
@@ -24,8 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import optuna
-from _shared import SMOKE, init_mlp, mse, pyplot, save, target
-from tqdm import tqdm
+from _shared import SMOKE, init_mlp, mse, phase, progress, pyplot, save, target
 
 import optax_pytree as opx
 
@@ -74,24 +72,28 @@ def main() -> optuna.Study:
     # constant_liar: trials asked together are spread out rather than identical.
     sampler = optuna.samplers.TPESampler(seed=0, constant_liar=True, n_startup_trials=BATCH)
     study = optuna.create_study(direction="minimize", sampler=sampler)
-    progress = not SMOKE and sys.stderr.isatty()
+    best_so_far = math.inf
     start = time.perf_counter()
-    for _ in tqdm(range(BATCHES), "batches of trials", disable=not progress):
-        trials = [study.ask() for _ in range(BATCH)]
-        members = [
-            base.replace(
-                learning_rate=trial.suggest_float("learning_rate", 1e-4, 1.0, log=True),
-                b1=trial.suggest_float("b1", 0.0, 0.99),
-                weight_decay=trial.suggest_float("weight_decay", 1e-5, 1.0, log=True),
-            )
-            for trial in trials
-        ]
-        losses = np.asarray(evaluate(opx.stack(members)))
-        for trial, loss in zip(trials, losses):
-            if math.isfinite(loss):
-                study.tell(trial, float(loss))
-            else:  # a diverged configuration
-                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    with phase(f"{BATCHES} batches of {BATCH} trials, {STEPS} steps each (the first batch compiles)"):
+        with progress(range(BATCHES), "batches of trials", unit="batch") as bar:
+            for _ in bar:
+                trials = [study.ask() for _ in range(BATCH)]
+                members = [
+                    base.replace(
+                        learning_rate=trial.suggest_float("learning_rate", 1e-4, 1.0, log=True),
+                        b1=trial.suggest_float("b1", 0.0, 0.99),
+                        weight_decay=trial.suggest_float("weight_decay", 1e-5, 1.0, log=True),
+                    )
+                    for trial in trials
+                ]
+                losses = np.asarray(evaluate(opx.stack(members)))
+                for trial, loss in zip(trials, losses):
+                    if math.isfinite(loss):
+                        study.tell(trial, float(loss))
+                    else:  # a diverged configuration
+                        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                best_so_far = min([best_so_far, *losses[np.isfinite(losses)].tolist()])
+                bar.set_postfix(best_loss=f"{best_so_far:.4f}", traces=traces, refresh=False)
     elapsed = time.perf_counter() - start
 
     n = BATCH * BATCHES
@@ -102,7 +104,8 @@ def main() -> optuna.Study:
     assert traces == 1
     best = ", ".join(f"{k}={v:.3g}" for k, v in study.best_params.items())
     print(f"  best trial #{study.best_trial.number}: {best} -> validation loss {study.best_value:.4f}")
-    plot(study)
+    with phase("plot"):
+        plot(study)
     return study
 
 

@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from _shared import SMOKE, init_mlp, mse, pyplot, save, target
+from _shared import SMOKE, init_mlp, mse, phase, pyplot, save, target
 
 import optax_pytree as opx
 
@@ -120,11 +120,15 @@ def main() -> dict[str, np.ndarray]:
         traces += 1
         return run(population, params, key, pbt=True)
 
-    start = time.perf_counter()
-    history = jax.block_until_ready(pbt(population, params, jax.random.key(1)))
-    elapsed = time.perf_counter() - start
+    size = f"{POPULATION} members x {ROUNDS} rounds x {STEPS_PER_ROUND} steps"
+    with phase(f"PBT, {size} (one jitted call: compile and run)"):
+        start = time.perf_counter()
+        history = jax.block_until_ready(pbt(population, params, jax.random.key(1)))
+        elapsed = time.perf_counter() - start
     assert traces == 1
-    baseline = jax.jit(lambda *a: run(*a, pbt=False))(population, params, jax.random.key(1))
+    with phase("baseline: the same population without exploit/explore (one jitted call)"):
+        baseline = jax.jit(lambda *a: run(*a, pbt=False))(population, params, jax.random.key(1))
+        baseline = jax.block_until_ready(baseline)
     history = {k: np.asarray(v) for k, v in history.items()}
     baseline = {k: np.asarray(v) for k, v in baseline.items()}
 
@@ -142,7 +146,8 @@ def main() -> dict[str, np.ndarray]:
         f"b1 {history['b1'][-1, best]:.2f} (initial population: learning rates "
         f"{history['learning_rate'][0].min():.0e} to {history['learning_rate'][0].max():.0e})"
     )
-    plot(history, baseline)
+    with phase("plot"):
+        plot(history, baseline)
     return history
 
 

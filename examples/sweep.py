@@ -16,7 +16,6 @@ Run: ``python examples/sweep.py``
 
 from __future__ import annotations
 
-import sys
 import time
 from typing import Any
 
@@ -24,8 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from _shared import SMOKE, init_mlp, mse, pyplot, save, target
-from tqdm import tqdm
+from _shared import SMOKE, init_mlp, mse, phase, progress, pyplot, save, target
 
 import optax_pytree as opx
 
@@ -63,7 +61,6 @@ def timed(fn: Any) -> tuple[Any, float]:
 def main() -> dict[str, float]:
     x, y = make_data(jax.random.key(0))
     params = init_mlp(jax.random.key(1))
-    progress = not SMOKE and sys.stderr.isatty()
 
     # 1. The sweep: one batched optimizer, one vmapped and jitted call.
     traces = 0
@@ -76,27 +73,31 @@ def main() -> dict[str, float]:
 
     base = opx.wrap(optax.adam, learning_rate=1e-3)
     batch, labels = opx.grid(base, learning_rate=LEARNING_RATES, b1=B1S)
-    curves, t_sweep = timed(lambda: sweep(batch, params, x, y))
-    assert traces == 1
-    _, t_sweep_run = timed(lambda: sweep(batch, params, x, y))  # compiled: the run alone
+    n = len(labels)
+    with phase(f"1. vmapped sweep of {n} configurations x {STEPS} steps: compile and run, run again"):
+        curves, t_sweep = timed(lambda: sweep(batch, params, x, y))
+        assert traces == 1
+        _, t_sweep_run = timed(lambda: sweep(batch, params, x, y))  # compiled: the run alone
 
     # 2. A Python loop over the same wrapped members: one compilation, len(labels) calls.
     train_one = jax.jit(train)
     members = opx.unstack(batch)
-    loop_curves, t_loop_wrapped = timed(
-        lambda: [train_one(tx, params, x, y) for tx in tqdm(members, "wrapped loop", disable=not progress)]
-    )
-    _, t_loop_wrapped_run = timed(lambda: [train_one(tx, params, x, y) for tx in members])
+    with phase(f"2. Python loop over the {n} wrapped members (one compilation): run, run again"):
+        loop_curves, t_loop_wrapped = timed(
+            lambda: [train_one(tx, params, x, y) for tx in progress(members, "wrapped loop", unit="config")]
+        )
+        _, t_loop_wrapped_run = timed(lambda: [train_one(tx, params, x, y) for tx in members])
 
     # 3. A Python loop with raw optax: each optimizer is a new closure, so a new compilation.
     def raw_loop() -> list[jax.Array]:
         out = []
-        for label in tqdm(labels, "raw optax loop", disable=not progress):
+        for label in progress(labels, "raw optax loop", unit="config"):
             tx = optax.adam(**label)
             out.append(jax.jit(lambda params, x, y, tx=tx: train(tx, params, x, y))(params, x, y))
         return out
 
-    raw_curves, t_loop_raw = timed(raw_loop)
+    with phase(f"3. Python loop with raw optax ({n} compilations)"):
+        raw_curves, t_loop_raw = timed(raw_loop)
 
     # The same numbers as raw optax, up to float32 round-off: checked over the
     # first steps, since later, unstable configurations (lr ~ 1) amplify the
@@ -108,7 +109,7 @@ def main() -> dict[str, float]:
     raw_final = np.array([c[-1] for c in raw_curves])
     final_difference = np.abs(final - raw_final) / np.abs(raw_final)
 
-    n = len(labels)
+    print()
     print(
         f"{n} Adam configurations x {STEPS} steps of a {len(params)}-layer MLP ({jax.devices()[0].platform})"
     )
@@ -128,7 +129,8 @@ def main() -> dict[str, float]:
     best_label = ", ".join(f"{k}={v:.3g}" for k, v in labels[best].items())
     print(f"  best: {best_label} -> final loss {final[best]:.4f}")
 
-    plot(np.asarray(curves), final, labels)
+    with phase("plot"):
+        plot(np.asarray(curves), final, labels)
     return {
         "sweep_s": t_sweep,
         "sweep_run_s": t_sweep_run,
