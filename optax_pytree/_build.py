@@ -14,6 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 import optax
 
 from . import _bind, _guard, _leaves
@@ -41,6 +43,10 @@ def argument(spec: Spec, leaves: tuple[Any, ...], name: str, build_children: boo
         return spec.static[name]
     value = leaves[spec.leaf_names.index(name)]
     if role == DYNAMIC:
+        if not isinstance(value, (jax.Array, np.ndarray, np.generic)) and hasattr(value, "__jax_array__"):
+            # A leaf held in a container of its own (an nnx Variable, in
+            # optax_pytree.nnx.Optimizer): the factory sees its array.
+            return jnp.asarray(value)
         return value
     fn = build_child if build_children else _identity
     return spec.templates[name].merge(value, fn) if name in spec.templates else fn(value)

@@ -240,6 +240,18 @@ def restore_checkpoint(directory: str | os.PathLike[str], template: Any) -> Any:
     Raises:
         ValueError: the static configuration differs, or the checkpoint has no
             signature (it was not saved by :func:`save_checkpoint`).
+
+    Examples:
+        >>> import tempfile, os, jax, jax.numpy as jnp, optax, optax_pytree as opx
+        >>> opt = opx.wrap_transformation_as_pytree_with_state(optax.adam, 1e-3)
+        >>> opt = opt.init({"w": jnp.ones(3)})
+        >>> tmp = tempfile.TemporaryDirectory()
+        >>> opx.save_checkpoint(os.path.join(tmp.name, "opt"), opt)
+        >>> template = jax.eval_shape(lambda: opt)  # shapes and dtypes are enough
+        >>> restored = opx.restore_checkpoint(os.path.join(tmp.name, "opt"), template)
+        >>> restored.state[0].count, restored.learning_rate.weak_type
+        (Array(0, dtype=int32), True)
+        >>> tmp.cleanup()
     """
     ocp = _orbax()
     path = _directory(directory)

@@ -284,6 +284,12 @@ def _admits_str(annotation: Any) -> bool:
 def _annotation_text(annotation: Any) -> str:
     if isinstance(annotation, str):
         return annotation
+    try:  # optax's aliases by name (optax.ScalarOrSchedule), not expanded
+        from ._stubs import _Renderer
+
+        return _Renderer()(annotation)
+    except Exception:  # noqa: BLE001 - only for a message
+        pass
     name = getattr(annotation, "__name__", None)
     return name if isinstance(name, str) and typing.get_origin(annotation) is None else str(annotation)
 

@@ -584,18 +584,85 @@ def host_values(leaves: Mapping[str, Any]) -> dict[str, Any] | None:
     return out
 
 
+def _compile(expr: Expr) -> Callable[[Mapping[str, Any]], Any]:
+    """``expr`` as a function of the arguments (evaluated at every wrap: kept cheap)."""
+    kind = expr[0]
+    if kind == ARG:
+        name = expr[1]
+        return lambda env: env[name]
+    if kind == CONST:
+        value = expr[1]
+        return lambda env: value
+    if kind in _UNARY:
+        unary, inner = _UNARY[kind], _compile(expr[1])
+        return lambda env: unary(inner(env))
+    binary, a, b = _BINARY[kind], _compile(expr[1]), _compile(expr[2])
+    return lambda env: binary(a(env), b(env))
+
+
+def _compile_key(key: Key) -> Callable[[Mapping[str, Any]], Any]:
+    if key[0] == "bool":
+        inner = _compile(key[1])
+        return lambda env: inner(env) != 0
+    compare, a, b = _COMPARE[key[0]], _compile(key[1]), _compile(key[2])
+    return lambda env: compare(a(env), b(env))
+
+
+def _ops(expr: Any) -> set[str]:
+    if not isinstance(expr, tuple) or not expr or expr[0] in (ARG, CONST):
+        return set()
+    return {expr[0]}.union(*(_ops(e) for e in expr[1:]))
+
+
+class Checker:
+    """The guards of one branch, compiled: which of them a set of values breaks."""
+
+    def __init__(self, guards: Iterable[tuple[Key, bool]]):
+        self.items = [(_compile_key(key), recorded, key) for key, recorded in guards]
+        ops = set().union(*(_ops(e) for _, _, key in self.items for e in key[1:]))
+        # NumPy scalars warn on a division by zero; silencing them costs more
+        # than the check itself, so only where a guard divides.
+        self.careful = bool(ops & {"truediv", "floordiv", "mod", "pow"})
+
+    def mismatches(self, env: Mapping[str, Any]) -> list[tuple[Key, bool, Any]]:
+        """The guards whose outcome for ``env`` is not the recorded one: (key, recorded, got)."""
+        if self.careful or any(isinstance(v, np.ndarray) for v in env.values()):
+            with np.errstate(all="ignore"):
+                return self._run(env)
+        return self._run(env)
+
+    def _run(self, env: Mapping[str, Any]) -> list[tuple[Key, bool, Any]]:
+        out = []
+        for fn, recorded, key in self.items:
+            try:
+                got = fn(env)
+            except (ArithmeticError, TypeError, ValueError):
+                out.append((key, recorded, None))
+                continue
+            if isinstance(got, (bool, np.bool_)):
+                if bool(got) is not recorded:
+                    out.append((key, recorded, got))
+            elif not np.all(np.asarray(got) == recorded):
+                out.append((key, recorded, got))
+        return out
+
+
+_CHECKERS: dict[Any, Checker] = {}
+
+
+def checker(guards: tuple[tuple[Key, bool], ...]) -> Checker:
+    """The compiled guards of one branch (cached)."""
+    found = _CHECKERS.get(guards)
+    if found is None:
+        if len(_CHECKERS) > 4096:
+            _CHECKERS.clear()
+        found = _CHECKERS[guards] = Checker(guards)
+    return found
+
+
 def mismatches(guards: Iterable[tuple[Key, bool]], env: Mapping[str, Any]) -> list[tuple[Key, bool, Any]]:
     """The guards whose outcome for ``env`` is not the recorded one: (key, recorded, got)."""
-    out = []
-    with np.errstate(all="ignore"):
-        for key, recorded in guards:
-            try:
-                got = outcome(key, env)
-            except (ArithmeticError, TypeError, ValueError):
-                got = None
-            if got is None or not np.all(np.asarray(got) == recorded):
-                out.append((key, recorded, got))
-    return out
+    return checker(tuple(guards)).mismatches(env)
 
 
 def traced_ok(guards: Iterable[tuple[Key, bool]], env: Mapping[str, Any]) -> Any:

@@ -131,10 +131,10 @@ def host_leaf_value(x: Any) -> Any:
     A Python float becomes a float32 leaf (float64 with ``jax_enable_x64``):
     guards are checked on the value the traced code will see.
     """
-    if isinstance(x, jax.Array):
-        return np.asarray(x)
     a = np.asarray(x)
-    return a.astype(jax.dtypes.canonicalize_dtype(a.dtype))
+    if not isinstance(x, jax.Array):
+        a = a.astype(_canonical(a.dtype))
+    return a[()] if a.ndim == 0 else a  # a NumPy scalar: cheaper to compare
 
 
 def aval_text(shape: tuple[int, ...], dtype: Any) -> str:

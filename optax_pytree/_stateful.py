@@ -106,6 +106,19 @@ class PyTreeTransformationWithState:
     children are the wrapped transformation (its dynamic hyperparameters) and
     the optimizer state; nothing is mutated, every method returns a new
     object. Hyperparameters are read as attributes (``opt.learning_rate``).
+    Annotate with it. Made directly from a wrapped transformation and a state
+    (one from raw optax's ``init``, say), it trusts that state.
+
+    Examples:
+        >>> import jax.numpy as jnp, optax, optax_pytree as opx
+        >>> opt: opx.PyTreeTransformationWithState = opx.wrap_transformation_as_pytree_with_state(
+        ...     optax.sgd, learning_rate=0.1)
+        >>> opt = opt.init({"w": jnp.ones(2)})
+        >>> params, opt = opt.apply_gradients({"w": jnp.ones(2)}, {"w": jnp.ones(2)})
+        >>> params["w"]
+        Array([0.9, 0.9], dtype=float32)
+        >>> opt.initialized, float(opt.learning_rate)
+        (True, 0.10000000149011612)
     """
 
     # One slot, ``((transformation, state), aux)``: exactly what flattening
@@ -127,15 +140,15 @@ class PyTreeTransformationWithState:
     def _aux(self) -> _Aux:
         return self._flat[1]
 
-    def __init__(self, transformation: PyTreeTransformation, state: Any = None, *, _aux: _Aux | None = None):
+    def __init__(self, transformation: PyTreeTransformation, state: Any = None):
         if not isinstance(transformation, PyTreeTransformation):
             raise TypeError(
                 "PyTreeTransformationWithState: expected a wrapped transformation "
                 f"(optax_pytree.wrap(...)), got {transformation!r}"
             )
-        if _aux is None:  # a state given by the user (from raw optax, say): its params are unknown
-            _aux = _UNINITIALIZED if state is None else _Aux(True, None)
-        _set_flat(self, ((transformation, state), _aux))
+        # A state given here (from raw optax, say): the params it fits are unknown.
+        aux = _UNINITIALIZED if state is None else _Aux(True, None)
+        _set_flat(self, ((transformation, state), aux))
 
     # -- what it holds -----------------------------------------------------
 
@@ -188,9 +201,7 @@ class PyTreeTransformationWithState:
             A new optimizer with the state; this one is unchanged.
         """
         state = self._transformation.init(params)
-        return PyTreeTransformationWithState(
-            self._transformation, state, _aux=_Aux(True, _ParamsSpec.of(params))
-        )
+        return _made(self._transformation, state, _Aux(True, _ParamsSpec.of(params)))
 
     def update(
         self, updates: Any, params: Any = None, **extra_args: Any
@@ -212,7 +223,7 @@ class PyTreeTransformationWithState:
         """
         self._require_state("update()")
         updates, state = self._transformation.update(updates, self._state, params, **extra_args)
-        return updates, PyTreeTransformationWithState(self._transformation, state, _aux=self._aux)
+        return updates, _made(self._transformation, state, self._aux)
 
     def apply_gradients(
         self, grads: Any, params: Any, **extra_args: Any
@@ -261,7 +272,7 @@ class PyTreeTransformationWithState:
         new = old.replace(**changes)  # keeps the placement of replaced values
         if self._aux.initialized and jax.tree_util.tree_structure(new) != jax.tree_util.tree_structure(old):
             self._check_state_fits(new, changes)
-        return PyTreeTransformationWithState(new, self._state, _aux=self._aux)
+        return _made(new, self._state, self._aux)
 
     def _check_state_fits(self, new: PyTreeTransformation, changes: dict[str, Any]) -> None:
         params = self._aux.params
@@ -313,6 +324,13 @@ class PyTreeTransformationWithState:
         return f"with_state({self._transformation!r}, state={state})"
 
 
+def _made(transformation: PyTreeTransformation, state: Any, aux: _Aux) -> PyTreeTransformationWithState:
+    """A new optimizer from its parts (no validation: they come from another one)."""
+    obj = _new(PyTreeTransformationWithState)
+    _set_flat(obj, ((transformation, state), aux))
+    return obj
+
+
 def _dtypes(tree: Any) -> list[Any]:
     return [jnp.result_type(x) for x in jax.tree_util.tree_leaves(tree)]
 
@@ -346,7 +364,9 @@ def _rebuild(
     transformation: Any, state: Any, initialized: bool, params: Any
 ) -> PyTreeTransformationWithState:
     aux = _Aux(True, None if params is None else _ParamsSpec.of(params)) if initialized else None
-    return PyTreeTransformationWithState(transformation, state, _aux=aux)
+    if aux is None:
+        return PyTreeTransformationWithState(transformation, state)
+    return _made(transformation, state, aux)
 
 
 _KEYS = (jax.tree_util.GetAttrKey("transformation"), jax.tree_util.GetAttrKey("state"))

@@ -125,7 +125,7 @@ class _Wrapped(Wrapped):
     def guards(self) -> tuple[str, ...]:
         """The comparisons the factory made of its dynamic arguments, with their outcomes.
 
-        Example:
+        Examples:
             >>> import optax, optax_pytree as opx
             >>> opx.wrap(optax.exponential_decay, 1.0, 10, 0.5).guards
             ('transition_steps <= 0 is False', 'decay_rate == 0 is False', 'transition_begin < 0 is False')
@@ -135,6 +135,23 @@ class _Wrapped(Wrapped):
     def build(self) -> Any:
         """The plain optax object (transformation or schedule) for the current values."""
         return self._core.build()
+
+    # optax's tree utilities (``tree_get``, ``tree_set``) find values by the
+    # fields of NamedTuples, and expect the fields to be the pytree children:
+    # a wrapped object answers with its dynamic arguments (leaves and
+    # children, in flattening order), so ``optax.tree_utils.tree_get(tx,
+    # "learning_rate")`` finds the hyperparameter, in children too, and
+    # ``tree_set`` goes through replace (validated).
+
+    @property
+    def _fields(self) -> tuple[str, ...]:
+        return self._core.spec.leaf_names
+
+    def _replace(self: _W, **changes: Any) -> _W:
+        return self.replace(**changes)
+
+    def _asdict(self) -> dict[str, Any]:
+        return self.hyperparams
 
     def replace(self: _W, **changes: Any) -> _W:
         """A copy with some arguments changed, validated and classified like ``wrap``.
@@ -150,7 +167,7 @@ class _Wrapped(Wrapped):
         replicated over a mesh stays replicated, so a sharded ``jit`` taking
         the optimizer does not retrace.
 
-        Example:
+        Examples:
             >>> import optax, optax_pytree as opx
             >>> tx = opx.wrap(optax.adam, learning_rate=1e-3)
             >>> float(tx.replace(learning_rate=3e-4).learning_rate)
@@ -249,12 +266,24 @@ def _describe_leaf(x: Any, guarded: bool = False) -> str:
     return f"{x!r} <{kind}>"
 
 
-class PyTreeTransformation(_Wrapped, optax.GradientTransformationExtraArgs):
+class PyTreeTransformation(_Wrapped, optax.GradientTransformationExtraArgs):  # pyright: ignore[reportIncompatibleVariableOverride, reportIncompatibleMethodOverride]
     """An optax transformation that is a pytree of its hyperparameters.
 
     Made by :func:`~optax_pytree.wrap`. It is an
     ``optax.GradientTransformationExtraArgs`` (a tuple ``(init, update)``), so
-    it goes wherever optax takes one.
+    it goes wherever optax takes one. Annotate with it.
+
+    Examples:
+        >>> import jax, jax.numpy as jnp, optax, optax_pytree as opx
+        >>> tx: opx.PyTreeTransformation = opx.wrap(optax.adam, learning_rate=0.1)
+        >>> isinstance(tx, optax.GradientTransformation)
+        True
+        >>> [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(tx)[0]]
+        ['.learning_rate', '.b1', '.b2', '.eps', '.eps_root']
+        >>> params = {"w": jnp.ones(2)}
+        >>> updates, state = tx.update({"w": jnp.ones(2)}, tx.init(params), params)
+        >>> updates["w"]
+        Array([-0.1, -0.1], dtype=float32)
     """
 
     def init(self, params: Any) -> Any:  # pyright: ignore[reportIncompatibleVariableOverride]
@@ -275,11 +304,39 @@ class PyTreeTransformation(_Wrapped, optax.GradientTransformationExtraArgs):
     # methods, so equality is identity, as for any optax transformation.
 
 
-class PyTreeSchedule(_Wrapped):
-    """An optax schedule (step count -> value) that is a pytree of its arguments."""
+class PyTreeSchedule(_Wrapped, tuple):  # pyright: ignore[reportMissingTypeArgument]
+    """An optax schedule (step count -> value) that is a pytree of its arguments.
+
+    Made by :func:`~optax_pytree.wrap` from a schedule factory; callable like
+    the schedule, and usable as a hyperparameter of a wrapped transformation,
+    whose leaves then include the schedule's.
+
+    Examples:
+        >>> import optax, optax_pytree as opx
+        >>> schedule: opx.PyTreeSchedule = opx.wrap(optax.linear_schedule, 1.0, 0.0, transition_steps=10)
+        >>> float(schedule(5))
+        0.5
+        >>> tx = opx.wrap(optax.sgd, learning_rate=schedule)
+        >>> float(tx.learning_rate.init_value)
+        1.0
+    """
 
     def __call__(self, count: Any) -> Any:
+        """The schedule's value at step ``count`` (traced or concrete)."""
         return self._core.build()(count)
+
+    # An empty tuple underneath, only so that optax's tree utilities see its
+    # fields (see _Wrapped._fields); otherwise an object like any other.
+    __hash__ = object.__hash__
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    def __ne__(self, other: object) -> bool:
+        return self is not other
+
+    def __bool__(self) -> bool:
+        return True
 
 
 _CLASSES = {"transformation": PyTreeTransformation, "schedule": PyTreeSchedule}
@@ -294,14 +351,14 @@ def new(spec: Spec, leaves: tuple[Any, ...]) -> Any:
     if spec.kind == "transformation":
         obj = _new_tuple(PyTreeTransformation, (core.init, core.update))
     else:
-        obj = _new_object(PyTreeSchedule)
+        obj = _new_tuple(PyTreeSchedule, ())
     d = obj.__dict__
     d["_core"] = core
     d["_flat"] = (leaves, spec)
     return obj
 
 
-_new_core = _new_object = object.__new__
+_new_core = object.__new__
 _new_tuple = tuple.__new__
 
 

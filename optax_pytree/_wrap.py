@@ -336,6 +336,7 @@ def wrap_transformation_as_pytree(
 
 
 wrap = wrap_transformation_as_pytree
+"""Short alias of :func:`wrap_transformation_as_pytree`: the same function."""
 
 
 class Decorator(Protocol):

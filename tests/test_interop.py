@@ -334,3 +334,51 @@ _SHARDED = """
 
 def test_sharded_jit_over_8_host_devices() -> None:
     assert run_with_8_host_devices(_SHARDED).strip().endswith("OK")
+
+
+# --------------------------------------------------------------------------
+# optax's tree utilities find hyperparameters by name (migration from
+# inject_hyperparams, whose hyperparameters live in the optimizer state).
+
+
+def test_optax_tree_get_and_tree_set_find_hyperparameters() -> None:
+    from optax.tree_utils import tree_get, tree_set
+
+    schedule = opx.wrap(optax.warmup_cosine_decay_schedule, 0.0, 0.1, 10, 100)
+    tx = opx.wrap(optax.chain, opx.wrap(optax.clip_by_global_norm, 1.0), opx.wrap(optax.adamw, schedule))
+    assert float(tree_get(tx, "max_norm")) == 1.0
+    assert float(tree_get(tx, "peak_value")) == pytest.approx(0.1)  # inside a child schedule
+    assert tree_get(tx, "learning_rate") is not None  # the wrapped schedule itself
+    assert tree_get(tx, "no_such_name") is None
+    new = tree_set(tx, peak_value=0.05, max_norm=2.0)  # functional, through replace
+    assert type(new) is type(tx) and float(tx.args[0].max_norm) == 1.0
+    assert float(new.args[0].max_norm) == 2.0
+    assert float(new.args[1].learning_rate.peak_value) == pytest.approx(0.05)
+    assert jax.tree_util.tree_structure(new) == jax.tree_util.tree_structure(tx)  # one compilation
+    # Validated like replace: another branch is another configuration, a string is refused.
+    assert "peak_value == 0.0 is True" in tree_set(tx, peak_value=0.0).args[1].learning_rate.guards
+    with pytest.raises(TypeError, match="argument 'max_norm' got the string"):
+        tree_set(tx, max_norm="2")
+    with pytest.raises(KeyError):
+        tree_set(tx, no_such_name=1.0)
+
+
+def test_optax_tree_utilities_on_the_stateful_optimizer_and_multi_transform() -> None:
+    from optax.tree_utils import tree_get, tree_set
+
+    opt = with_state(optax.adam, 1e-3).init(PARAMS)
+    assert float(tree_get(opt, "learning_rate")) == pytest.approx(1e-3)
+    new = tree_set(opt, learning_rate=5e-4)
+    assert isinstance(new, opx.PyTreeTransformationWithState) and new.initialized
+    assert float(new.learning_rate) == pytest.approx(5e-4)
+    step, traces = counting_jit(apply_gradients)
+    step(opt, PARAMS)
+    step(new, PARAMS)
+    assert traces == [1]
+    labelled = opx.wrap(
+        optax.multi_transform,
+        {"a": opx.wrap(optax.adam, 0.1), "s": opx.wrap(optax.sgd, 0.01)},
+        {"b": "s", "w": "a"},
+    )
+    assert float(tree_get(labelled, "b1")) == pytest.approx(0.9)
+    assert float(tree_set(labelled, b1=0.5).transforms["a"].b1) == pytest.approx(0.5)
