@@ -1,0 +1,167 @@
+"""Section 4: construction (see ``run.py``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import operator
+from collections.abc import Callable, Iterator
+from typing import Any, cast
+
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+import optax_pytree as opx
+from _common import CPU_CLOCK, Log, Settings, Target, fmt, interleaved, on_median, ratios, summary, table, us
+from optax_pytree import _wrap
+
+TITLE = "construction"
+
+# The guarded schedule: ``peak_value``, ``warmup_steps`` and ``decay_steps``
+# are compared in Python by optax; they stay leaves, the outcomes are static.
+WARMUP, DECAY = 100, 10_000
+SCHEDULE = "warmup-cosine"
+
+
+def _wrap_schedule(peak: float) -> Any:
+    return opx.wrap(optax.warmup_cosine_decay_schedule, 0.0, peak, WARMUP, DECAY)
+
+
+def _raw_schedule(peak: float) -> Any:
+    return optax.warmup_cosine_decay_schedule(0.0, peak, WARMUP, DECAY)
+
+
+FIRST_ADAM = "wrap (first call for the factory)"
+FIRST_SCHEDULE = f"wrap {SCHEDULE} (first call for the factory)"
+
+
+@dataclasses.dataclass
+class Group:
+    """Calls timed together with their references: an inject-style one and raw optax's.
+
+    Every row of the group (the references included) gets a ratio to each.
+    """
+
+    inject: str
+    optax: str
+    calls: dict[str, Callable[[], Any]]
+
+
+def _groups(it: Iterator[float], params: Any) -> list[Group]:
+    # inject_hyperparams expects a transformation factory: given a schedule it
+    # binds the arguments, and fails only at init. Its construction is the
+    # reference for what binding the same arguments costs optax's own wrapper.
+    inject_sched = optax.inject_hyperparams(cast(Any, optax.warmup_cosine_decay_schedule))
+    inject_adamw = optax.inject_hyperparams(optax.adamw)
+    return [
+        Group(
+            "inject_hyperparams",
+            "optax.adam",
+            {
+                "wrap (cached)": lambda: opx.wrap(optax.adam, learning_rate=next(it)),
+                "optax.adam": lambda: optax.adam(next(it)),
+                "inject_hyperparams": lambda: optax.inject_hyperparams(optax.adam)(learning_rate=next(it)),
+            },
+        ),
+        Group(
+            "inject_hyperparams + init",
+            "optax.adam + init",
+            {
+                "wrap + init": lambda: opx.wrap(optax.adam, learning_rate=next(it)).init(params),
+                "optax.adam + init": lambda: optax.adam(next(it)).init(params),
+                "inject_hyperparams + init": lambda: optax.inject_hyperparams(optax.adam)(
+                    learning_rate=next(it)
+                ).init(params),
+            },
+        ),
+        Group(
+            f"inject_hyperparams({SCHEDULE}) [construction only]",
+            f"optax {SCHEDULE}",
+            {
+                f"wrap {SCHEDULE} (cached)": lambda: _wrap_schedule(next(it)),
+                f"optax {SCHEDULE}": lambda: _raw_schedule(next(it)),
+                f"inject_hyperparams({SCHEDULE}) [construction only]": lambda: inject_sched(
+                    0.0, next(it), WARMUP, DECAY
+                ),
+            },
+        ),
+        Group(
+            f"inject_hyperparams(adamw)(learning_rate=optax {SCHEDULE})",
+            f"optax.adamw(optax {SCHEDULE})",
+            {
+                f"wrap adamw(learning_rate=wrapped {SCHEDULE}) (cached)": lambda: opx.wrap(
+                    optax.adamw, learning_rate=_wrap_schedule(next(it))
+                ),
+                f"optax.adamw(optax {SCHEDULE})": lambda: optax.adamw(_raw_schedule(next(it))),
+                f"inject_hyperparams(adamw)(learning_rate=optax {SCHEDULE})": lambda: inject_adamw(
+                    learning_rate=_raw_schedule(next(it))
+                ),
+            },
+        ),
+    ]
+
+
+def run(s: Settings, log: Log) -> dict[str, Any]:
+    lrs = [float(v) for v in np.geomspace(1e-4, 1e-2, 97)]
+    it = itertools.cycle(lrs)
+    first: dict[str, list[float]] = {FIRST_ADAM: [], FIRST_SCHEDULE: []}
+    makers = {FIRST_ADAM: lambda lr: opx.wrap(optax.adam, learning_rate=lr), FIRST_SCHEDULE: _wrap_schedule}
+    for i in range(s.first_wrap_samples):
+        for name in list(makers) if i % 2 == 0 else list(makers)[::-1]:
+            _wrap.clear_caches()
+            lr = next(it)
+            t0 = CPU_CLOCK()
+            makers[name](lr)
+            first[name].append(CPU_CLOCK() - t0)
+    groups = _groups(it, {"w": jnp.ones(3)})
+    t = interleaved({k: f for g in groups for k, f in g.calls.items()}, s.micro_repeats, s.micro_seconds)
+    out: dict[str, Any] = {name: {"s": summary(v)} for name, v in first.items()}
+    for g in groups:
+        for name in g.calls:
+            row: dict[str, Any] = {
+                "s": summary(t[name]),
+                "inject_reference": g.inject,
+                "optax_reference": g.optax,
+                "ratio_to_inject": summary(ratios(t[name], t[g.inject])),
+                "ratio_to_optax": summary(ratios(t[name], t[g.optax])),
+            }
+            if g.optax.startswith("optax.adam +") or g.optax == "optax.adam":
+                row["ratio_to_optax_adam"] = row["ratio_to_optax"]  # the key of earlier results
+            out[name] = row
+    for k, v in out.items():
+        log(f"  {k}: {us(v['s'])} us")
+    return out
+
+
+def targets(r: dict[str, Any], s: Settings) -> list[Target]:
+    c = r["wrap (cached)"]["ratio_to_inject"]
+    return [on_median(4, "construction, cached wrap / inject_hyperparams", c, "< 1", 1.0, operator.lt)]
+
+
+def markdown(r: dict[str, Any]) -> list[str]:
+    return [
+        "",
+        "## 4. Construction",
+        "",
+        f"The {SCHEDULE} schedule is `warmup_cosine_decay_schedule(0.0, peak, {WARMUP}, {DECAY:_})` "
+        "(guarded: `peak_value`, `warmup_steps`, `decay_steps` leaves, the outcomes of optax's comparisons "
+        f"static). `inject_hyperparams({SCHEDULE})` is construction only: it does not make a schedule's "
+        "parameters dynamic and its result is not usable.",
+        "",
+        *table(
+            "call | time (us) | ratio to inject-style reference | ratio to raw optax | references",
+            [
+                [
+                    k,
+                    us(v["s"]),
+                    fmt(v["ratio_to_inject"], 2) if "ratio_to_inject" in v else "",
+                    fmt(v["ratio_to_optax"], 2) if "ratio_to_optax" in v else "",
+                    f"{v['inject_reference']}; {v['optax_reference']}"
+                    if k.startswith("wrap") and "inject_reference" in v
+                    else "",
+                ]
+                for k, v in r.items()
+            ],
+        ),
+    ]
