@@ -342,7 +342,15 @@ def classify(info: FactoryInfo, arguments: dict[str, Any], options: Options) -> 
     options = options.with_marks(marked_static, marked_dynamic)
     out.options = options
     key_parts: list[Any] = []
+    plain = options is NO_OPTIONS
+    roles, values, candidates = out.roles, out.values, out.candidates
     for name, value in arguments.items():
+        if plain and (type(value) is float or type(value) is int):  # the common case, fast
+            candidates.append(name)
+            key_parts.append((name, DYNAMIC, _leaves.kind_key(value)))
+            roles[name] = DYNAMIC
+            values[name] = value
+            continue
         check_value(info, name, value)
         if name in options.static:
             role = STATIC
