@@ -17,6 +17,7 @@ import re
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from . import _leaves
@@ -210,12 +211,25 @@ def save_checkpoint(directory: str | os.PathLike[str], tree: Any, *, force: bool
         checkpointer.wait_until_finished()
 
 
-def _abstract(x: Any) -> Any:
+def _abstract(x: Any, spread: bool = False) -> Any:
     if isinstance(x, jax.ShapeDtypeStruct):
         return x
     if isinstance(x, jax.Array):
+        if spread and not x.committed and not jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
+            # Read as NumPy and placed uncommitted, as the template's array was
+            # (see _restore_leaf).
+            return np.empty(x.shape, x.dtype)
         return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding)
     return x
+
+
+def _spread(template: Any) -> bool:
+    """Whether some array of ``template`` lies on several devices (a sharded population)."""
+    for x in jax.tree_util.tree_leaves(template):
+        sharding = getattr(x, "sharding", None)
+        if sharding is not None and len(sharding.device_set) > 1:
+            return True
+    return False
 
 
 def restore_checkpoint(directory: str | os.PathLike[str], template: Any) -> Any:
@@ -225,7 +239,11 @@ def restore_checkpoint(directory: str | os.PathLike[str], template: Any) -> Any:
     the saved object, values aside: ``opt.init(params)`` or its
     ``jax.eval_shape``), the shardings of the restored arrays (those of its
     arrays) and the weak types of the hyperparameters (which orbax does not
-    keep; restoring them means a jitted step does not retrace). Its
+    keep; restoring them means a jitted step does not retrace). In a
+    population sharded over several devices or processes, each process reads
+    the shards of its own devices, and a template array that is not committed
+    to a device (as a jitted function's constant outputs) is restored
+    uncommitted, so the restored tree goes back into the same jitted step. Its
     signature must equal the saved one: a different factory, static argument,
     state structure, shape or dtype is an error, not a silent mix.
 
@@ -272,11 +290,19 @@ def restore_checkpoint(directory: str | os.PathLike[str], template: Any) -> Any:
                 + _differences(dict(saved), mine)
                 + "\nbuild the template with the checkpoint's configuration"
             )
-        restored = checkpointer.restore(path, jax.tree_util.tree_map(_abstract, template))
-    return jax.tree_util.tree_map(_restore_weak_type, restored, template)
+        spread = _spread(template)
+        abstract = jax.tree_util.tree_map(lambda x: _abstract(x, spread), template)
+        restored = checkpointer.restore(path, abstract)
+    return jax.tree_util.tree_map(_restore_leaf, restored, template)
 
 
-def _restore_weak_type(restored: Any, template: Any) -> Any:
+def _restore_leaf(restored: Any, template: Any) -> Any:
+    if isinstance(template, jax.Array) and isinstance(restored, np.ndarray):
+        # An uncommitted array beside sharded ones (a jitted init's constant
+        # outputs, such as step counts, are returned so): restored committed to
+        # one device, it could no longer enter a jitted step with the sharded
+        # arrays ("incompatible devices"); uncommitted, it goes where they are.
+        restored = jnp.asarray(restored)
     if getattr(template, "weak_type", False) and isinstance(restored, jax.Array):
         return _leaves._to_weak_scalar_array(restored)  # pyright: ignore[reportPrivateUsage]
     return restored

@@ -10,7 +10,8 @@ the whole population in one compiled program, and ``jax.device_put`` with a
 - :func:`stack` / :func:`unstack` convert between a list of wrapped objects
   and one batched object;
 - :func:`index` picks one member (or a sub-population);
-- :func:`shard` lays the batch axis of any batched pytree over a mesh axis.
+- :func:`shard` lays the batch axis of any batched pytree over a mesh axis
+  (also one that spans processes: see ``optax_pytree._distributed``).
 
 Weak types survive every step: a member indexed back out of a batch built
 from Python floats has the same treedef *and* the same leaf types as
@@ -460,6 +461,12 @@ def shard(batched: Any, mesh: jax.sharding.Mesh, axis_name: str | tuple[str, ...
     device needs a mesh and this call, no change to ``train``. Shard the
     per-member parameters (anything else with the batch axis) the same way.
 
+    The mesh may span processes (``jax.distributed``): every process then
+    calls ``shard`` with the *same* whole population and keeps only the
+    members of its own devices. Where each process has only its own members,
+    :func:`shard_process_local` builds the same global population from them;
+    :func:`process_allgather` brings results back to every process.
+
     Args:
         batched: a pytree whose leaves all share a leading batch axis (a
             batched optimizer, stacked parameters, ...).
@@ -471,7 +478,8 @@ def shard(batched: Any, mesh: jax.sharding.Mesh, axis_name: str | tuple[str, ...
 
     Raises:
         ValueError: an axis name not in the mesh, a batch size that the axis
-            does not divide, or leaves without a batch axis.
+            does not divide, or leaves without a batch axis (each message
+            names the argument).
 
     Examples:
         >>> import jax, numpy as np, optax, optax_pytree as opx
@@ -481,16 +489,30 @@ def shard(batched: Any, mesh: jax.sharding.Mesh, axis_name: str | tuple[str, ...
         >>> batch.learning_rate.sharding.spec == jax.sharding.PartitionSpec("pop")
         True
     """
-    names = (axis_name,) if isinstance(axis_name, str) else tuple(axis_name)
-    for name in names:
-        if name not in mesh.shape:
-            raise ValueError(f"shard: {name!r} is not an axis of the mesh; its axes are {list(mesh.shape)}")
-    devices = math.prod(mesh.shape[name] for name in names)
+    sharding, devices = population_sharding(mesh, axis_name, "shard")
     n = _batch_size(batched, "shard")
     if n % devices:
         raise ValueError(
-            f"shard: a batch of {n} does not split evenly over the {devices} devices of mesh axis "
-            f"{axis_name!r}; use a multiple of {devices} members"
+            f"shard: batched, a batch of {n} members, does not split evenly over the {devices} devices "
+            f"of mesh axis axis_name={axis_name!r}; use a multiple of {devices} members"
         )
+    return jax.device_put(batched, sharding)
+
+
+def population_sharding(
+    mesh: jax.sharding.Mesh, axis_name: str | tuple[str, ...], what: str
+) -> tuple[jax.sharding.NamedSharding, int]:
+    """The sharding of a population's leaves over ``axis_name``, and how many devices that axis has."""
+    if not isinstance(mesh, jax.sharding.Mesh):
+        raise TypeError(f"{what}: mesh must be a jax.sharding.Mesh, got {_short(mesh)}")
+    names = (axis_name,) if isinstance(axis_name, str) else tuple(axis_name)
+    if not names:
+        raise ValueError(f"{what}: axis_name is empty; name the mesh axis to split the population over")
+    for name in names:
+        if name not in mesh.shape:
+            raise ValueError(
+                f"{what}: axis_name {name!r} is not an axis of the mesh; its axes are {list(mesh.shape)}"
+            )
+    devices = math.prod(mesh.shape[name] for name in names)
     spec = jax.sharding.PartitionSpec(names[0] if len(names) == 1 else names)
-    return jax.device_put(batched, jax.sharding.NamedSharding(mesh, spec))
+    return jax.sharding.NamedSharding(mesh, spec), devices
