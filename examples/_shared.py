@@ -14,7 +14,11 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from tqdm import tqdm
+
+try:  # a test extra: the demo runs with `pip install .` alone, printing plain lines
+    from tqdm import tqdm
+except ImportError:  # pragma: no cover - depends on the environment
+    tqdm = None
 
 # Reduced sizes (a few steps) when run as a test: OPTAX_PYTREE_SMOKE=1 or --smoke.
 SMOKE = "--smoke" in sys.argv or os.environ.get("OPTAX_PYTREE_SMOKE", "") not in ("", "0")
@@ -30,8 +34,12 @@ _START = time.perf_counter()
 
 def log(message: str) -> None:
     """Prints ``message`` on stdout at once, after the seconds since the example started."""
-    tqdm.write(f"[{time.perf_counter() - _START:6.1f} s] {message}", file=sys.stdout)
-    sys.stdout.flush()
+    line = f"[{time.perf_counter() - _START:6.1f} s] {message}"
+    if tqdm is None:
+        print(line, flush=True)
+    else:
+        tqdm.write(line, file=sys.stdout)
+        sys.stdout.flush()
 
 
 @contextlib.contextmanager
@@ -52,7 +60,10 @@ def progress(iterable: Iterable[Any], desc: str, *, total: int | None = None, un
 
     On a terminal it redraws ten times a second; piped or captured (as in the
     smoke tests), every few seconds, so a log does not fill with redraws.
+    Without tqdm, a line on stderr every few seconds.
     """
+    if tqdm is None:
+        return _Lines(iterable, desc, total, unit)
     return tqdm(
         iterable,
         desc,
@@ -62,6 +73,34 @@ def progress(iterable: Iterable[Any], desc: str, *, total: int | None = None, un
         mininterval=0.1 if sys.stderr.isatty() else 3.0,
         dynamic_ncols=True,
     )
+
+
+class _Lines:
+    """What the examples use of a tqdm bar, as a line on stderr every few seconds."""
+
+    def __init__(self, iterable: Iterable[Any], desc: str, total: int | None, unit: str):
+        self.iterable, self.desc, self.unit = iterable, desc, unit
+        self.total = total if total is not None else getattr(iterable, "__len__", lambda: None)()
+        self.postfix = ""
+
+    def __iter__(self) -> Iterator[Any]:
+        last = time.perf_counter()
+        for n, item in enumerate(self.iterable, 1):
+            yield item
+            if time.perf_counter() - last > 3.0 or n == self.total:
+                last = time.perf_counter()
+                of = f"/{self.total}" if self.total else ""
+                print(f"{self.desc}: {n}{of} {self.unit}{self.postfix}", file=sys.stderr, flush=True)
+
+    def __enter__(self) -> _Lines:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+    def set_postfix(self, refresh: bool = True, **values: Any) -> None:
+        del refresh
+        self.postfix = "".join(f", {k}={v}" for k, v in values.items())
 
 
 def pyplot() -> Any:

@@ -27,6 +27,15 @@ from ._stateful import PyTreeTransformationWithState
 
 __all__ = ["checkpoint_signature", "restore_checkpoint", "save_checkpoint"]
 
+try:
+    # Imported with optax_pytree, not at the first save or restore: importing
+    # orbax imports ``jax.extend``, which defines new trace-context options
+    # (pallas's); every ``jit`` cache key holds those, so each function traced
+    # before a lazy import here would retrace (and recompile) once after it.
+    import orbax.checkpoint as _ocp
+except ImportError:  # pragma: no cover - depends on the environment
+    _ocp = None
+
 _METADATA_KEY = "optax_pytree"
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
@@ -162,13 +171,9 @@ def _directory(directory: str | os.PathLike[str]) -> Any:
 
 
 def _orbax() -> Any:
-    try:
-        import orbax.checkpoint as ocp
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "optax_pytree checkpoints need orbax-checkpoint (pip install orbax-checkpoint)"
-        ) from e
-    return ocp
+    if _ocp is None:  # pragma: no cover - depends on the environment
+        raise ImportError("optax_pytree checkpoints need orbax-checkpoint (pip install orbax-checkpoint)")
+    return _ocp
 
 
 def save_checkpoint(directory: str | os.PathLike[str], tree: Any, *, force: bool = False) -> None:
@@ -211,25 +216,21 @@ def save_checkpoint(directory: str | os.PathLike[str], tree: Any, *, force: bool
         checkpointer.wait_until_finished()
 
 
-def _abstract(x: Any, spread: bool = False) -> Any:
+def _is_uncommitted(x: Any) -> bool:
+    """An array on the default device, not placed with ``jax.device_put`` (keys stay with orbax)."""
+    if not isinstance(x, jax.Array) or x.committed:
+        return False
+    return not jnp.issubdtype(x.dtype, jax.dtypes.extended)
+
+
+def _abstract(x: Any) -> Any:
     if isinstance(x, jax.ShapeDtypeStruct):
         return x
+    if _is_uncommitted(x):  # read to the host, then placed uncommitted (see _restore_leaf)
+        return np.broadcast_to(np.zeros((), x.dtype), x.shape)
     if isinstance(x, jax.Array):
-        if spread and not x.committed and not jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
-            # Read as NumPy and placed uncommitted, as the template's array was
-            # (see _restore_leaf).
-            return np.empty(x.shape, x.dtype)
         return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding)
     return x
-
-
-def _spread(template: Any) -> bool:
-    """Whether some array of ``template`` lies on several devices (a sharded population)."""
-    for x in jax.tree_util.tree_leaves(template):
-        sharding = getattr(x, "sharding", None)
-        if sharding is not None and len(sharding.device_set) > 1:
-            return True
-    return False
 
 
 def restore_checkpoint(directory: str | os.PathLike[str], template: Any) -> Any:
@@ -237,13 +238,14 @@ def restore_checkpoint(directory: str | os.PathLike[str], template: Any) -> Any:
 
     The template gives the static configuration (it is built the same way as
     the saved object, values aside: ``opt.init(params)`` or its
-    ``jax.eval_shape``), the shardings of the restored arrays (those of its
-    arrays) and the weak types of the hyperparameters (which orbax does not
-    keep; restoring them means a jitted step does not retrace). In a
-    population sharded over several devices or processes, each process reads
-    the shards of its own devices, and a template array that is not committed
-    to a device (as a jitted function's constant outputs) is restored
-    uncommitted, so the restored tree goes back into the same jitted step. Its
+    ``jax.eval_shape``), the placement of the restored arrays (its arrays'
+    shardings; an array it did not place with ``jax.device_put``, such as a
+    jitted function's constant outputs, is restored uncommitted too) and the
+    weak types of the hyperparameters (which orbax does not keep). ``jit``
+    keys its cache on both, so a jitted step traced and compiled for the
+    template's arrays is reused after the restore. In a population sharded
+    over several devices or processes, each process reads the shards of its
+    own devices. Its
     signature must equal the saved one: a different factory, static argument,
     state structure, shape or dtype is an error, not a silent mix.
 
@@ -290,18 +292,17 @@ def restore_checkpoint(directory: str | os.PathLike[str], template: Any) -> Any:
                 + _differences(dict(saved), mine)
                 + "\nbuild the template with the checkpoint's configuration"
             )
-        spread = _spread(template)
-        abstract = jax.tree_util.tree_map(lambda x: _abstract(x, spread), template)
-        restored = checkpointer.restore(path, abstract)
+        restored = checkpointer.restore(path, jax.tree_util.tree_map(_abstract, template))
     return jax.tree_util.tree_map(_restore_leaf, restored, template)
 
 
 def _restore_leaf(restored: Any, template: Any) -> Any:
-    if isinstance(template, jax.Array) and isinstance(restored, np.ndarray):
-        # An uncommitted array beside sharded ones (a jitted init's constant
-        # outputs, such as step counts, are returned so): restored committed to
-        # one device, it could no longer enter a jitted step with the sharded
-        # arrays ("incompatible devices"); uncommitted, it goes where they are.
+    if _is_uncommitted(template) and isinstance(restored, np.ndarray):
+        # Read to the host and put on the default device uncommitted, as the
+        # template's array was: orbax places what it restores with device_put,
+        # which commits it; jit compiles again (without retracing) for a
+        # committed argument where it compiled for an uncommitted one, and one
+        # committed to a single device cannot enter a step with sharded arrays.
         restored = jnp.asarray(restored)
     if getattr(template, "weak_type", False) and isinstance(restored, jax.Array):
         return _leaves._to_weak_scalar_array(restored)  # pyright: ignore[reportPrivateUsage]

@@ -96,9 +96,12 @@ def _analyse(info: FactoryInfo, classified: Classified) -> Analysis:
                 "and pass the wrapped object in, or replace() the value of an object wrapped "
                 f"outside: {type(e).__name__}: {e}"
             ) from e
+        shown = ", ".join(f"{n}={values[n]!r}" for n, r in roles.items() if r != CHILD)
+        note = f"(raised by {info.name} when optax_pytree.wrap called it with {shown})"
         if hasattr(e, "add_note"):
-            shown = ", ".join(f"{n}={values[n]!r}" for n, r in roles.items() if r != CHILD)
-            e.add_note(f"(raised by {info.name} when optax_pytree.wrap called it with {shown})")  # pyright: ignore[reportAttributeAccessIssue]
+            e.add_note(note)  # pyright: ignore[reportAttributeAccessIssue]
+        else:  # Python 3.10: PEP 678's attribute itself (pytest and the exceptiongroup backport show it)
+            e.__notes__ = [*getattr(e, "__notes__", ()), note]  # pyright: ignore[reportAttributeAccessIssue]
         raise
     kind = _detect.callable_kind(result)
     if kind is None:

@@ -17,6 +17,11 @@ import optax_pytree as opx
 from optax_pytree import _catalog
 
 
+def version(module: Any) -> tuple[int, ...]:
+    """``module.__version__`` as numbers, to compare: ``version(optax) < (0, 2, 8)``."""
+    return tuple(int(part) for part in module.__version__.split(".")[:3] if part.isdigit())
+
+
 def assert_tree_allclose(a: Any, b: Any, rtol: float = 1e-5, atol: float = 1e-6) -> None:
     sa, sb = jax.tree_util.tree_structure(a), jax.tree_util.tree_structure(b)
     assert sa == sb, f"structures differ:\n{sa}\n{sb}"
@@ -118,10 +123,20 @@ def run_with_8_host_devices(script: str) -> str:
     JAX reads ``XLA_FLAGS`` at import, so eight host devices need a new
     process. The tests' folder is on its path (``from helpers import ...``).
     """
+    return run_in_fresh_python(
+        script, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu"
+    )
+
+
+def run_in_fresh_python(script: str, **env_vars: str) -> str:
+    """Runs ``script`` in a new Python process (``env_vars`` added); returns its stdout.
+
+    For what one process can show only once (first imports, JAX flags). The
+    tests' folder is on its path (``from helpers import ...``).
+    """
     env = {
         **os.environ,
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
-        "JAX_PLATFORMS": "cpu",
+        **env_vars,
         "PYTHONPATH": os.pathsep.join(
             [os.path.dirname(os.path.abspath(__file__)), os.environ.get("PYTHONPATH", "")]
         ),
@@ -238,14 +253,16 @@ CALLS: dict[str, Any] = {
     "optax.chain": lambda f, w: w(f, w(optax.clip_by_global_norm, 1.0), w(optax.adam, 0.05)),
     "optax.named_chain": lambda f, w: w(f, ("clip", w(optax.clip, 0.5)), ("opt", w(optax.adam, 0.05))),
     "optax.freeze": lambda f, w: w(f, {"b": True, "w": False}),
-    # Its default (no dimension numbers) fits a single array only.
-    "optax.contrib.scale_by_muon": lambda f, w: w(
-        f, weight_dimension_numbers={"w": optax.contrib.MuonDimensionNumbers(0, 1)}
-    ),
     "optax.monitor": lambda f, w: w(
         f, {"norm": optax.tree.norm, "mean": w(optax.measure_with_ema, _mean_measure, 0.9)}
     ),
 }
+
+if hasattr(optax.contrib, "MuonDimensionNumbers"):  # optax>=0.2.6; before, every leaf is one 2-D matrix
+    # Its default (no dimension numbers) fits a single array only.
+    CALLS["optax.contrib.scale_by_muon"] = lambda f, w: w(
+        f, weight_dimension_numbers={"w": optax.contrib.MuonDimensionNumbers(0, 1)}
+    )
 
 # How to drive a factory whose update needs something particular.
 RUN_OPTIONS: dict[str, dict[str, Any]] = {

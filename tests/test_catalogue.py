@@ -14,6 +14,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import optax
 import pytest
 from helpers import (
     PARAMS,
@@ -29,6 +30,7 @@ from helpers import (
     raw,
     run_steps,
     scale_leaf,
+    version,
     wrapped,
 )
 
@@ -78,9 +80,13 @@ def test_transformation_matches_optax_under_jit(name: str, factory: Any) -> None
     train, traces = counting_jit(train)
 
     got = train(tx, params)
-    # The same values closed over as constants: the mechanism must be exact.
-    same_values = jax.jit(lambda p: run_steps(tx.build(), p, **options))(params)
-    assert_tree_allclose(got, same_values, rtol=1e-5, atol=1e-6)
+    # Raw optax built from the same values, traced like the leaves (jit
+    # arguments, not constants): like with like, so the mechanism must be
+    # exact. Closed over as constants, the values are folded into the
+    # arithmetic by XLA, whose float32 round-off then differs (by 1e-6 in
+    # muon's parameters after five steps, from its momentum decays).
+    same_values = jax.jit(lambda tx, p: run_steps(tx.build(), p, **options))(tx, params)
+    assert_tree_allclose(got, same_values, rtol=0, atol=0)
     # Raw optax with Python floats does some hyperparameter arithmetic in
     # double precision (``1 - b2``), where a leaf does it in float32: float32
     # round-off of b2 (6e-8), amplified by 1 / (1 - b2) = 1000 in adam-like
@@ -163,6 +169,14 @@ def test_only_what_needs_a_python_value_is_static() -> None:
         "optax.linear_onecycle_schedule.pct_start",
         "optax.linear_onecycle_schedule.pct_final",
     }
+    if version(optax) < (0, 2, 8):  # fori_loop(0, ns_steps, ..., unroll=True): a Python trip count
+        allowed |= {"optax.contrib.muon.ns_steps", "optax.contrib.scale_by_muon.ns_steps"}
+    if version(optax) < (0, 2, 7):  # np.cumprod of the piecewise schedule's values
+        allowed |= {"optax.piecewise_interpolate_schedule.init_value"} | {
+            f"optax.{kind}_onecycle_schedule.{arg}"
+            for kind in ("cosine", "linear")
+            for arg in ("peak_value", "div_factor", "final_div_factor")
+        }
     assert set(static) <= allowed, sorted(set(static) - allowed)
     for expected in (
         "optax.warmup_cosine_decay_schedule.peak_value",

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from helpers import PARAMS, apply_gradients, counting_jit
+from helpers import PARAMS, apply_gradients, counting_jit, run_in_fresh_python
 
 import optax_pytree as opx
 
@@ -99,6 +99,41 @@ def test_save_and_restore_checkpoint(tmp_path: Any) -> None:
     assert traces[0] == 1
     _assert_bitwise_equal(params_r, params_u)
     _assert_bitwise_equal(resumed, uninterrupted)
+
+
+# What a user's script does: trace the step, and only then save and restore.
+_RESUME = """
+import os, tempfile
+import jax, optax
+from helpers import PARAMS, apply_gradients, counting_jit
+import optax_pytree as opx
+
+compiles = [0]
+def count(event, *args, **kwargs):
+    compiles[0] += event == "/jax/core/compile/backend_compile_duration"
+jax.monitoring.register_event_duration_secs_listener(count)
+
+def make():
+    return opx.wrap_transformation_as_pytree_with_state(optax.adam, 0.05).init(PARAMS)
+
+step, traces = counting_jit(apply_gradients)
+params, opt = step(make(), PARAMS)
+with tempfile.TemporaryDirectory() as directory:
+    opx.save_checkpoint(os.path.join(directory, "ckpt"), {"opt": opt, "params": params})
+    restored = opx.restore_checkpoint(os.path.join(directory, "ckpt"), {"opt": make(), "params": PARAMS})
+before = compiles[0]
+step(restored["opt"], restored["params"])
+print(f"traces {traces[0]}, compiles after the restore {compiles[0] - before}")
+"""
+
+
+def test_a_restored_optimizer_reuses_the_compiled_step() -> None:
+    # A fresh process: this one imported orbax above, before any trace. The
+    # first import of orbax after a trace used to retrace every jitted
+    # function once (it defines new trace-context options), and restored
+    # arrays placed by orbax (committed) where the step had uncommitted ones
+    # used to compile it again.
+    assert run_in_fresh_python(_RESUME).strip() == "traces 1, compiles after the restore 0"
 
 
 def test_restore_into_an_abstract_template(tmp_path: Any) -> None:

@@ -14,6 +14,7 @@ import importlib
 import inspect
 import pickle
 import pydoc
+import re
 import types
 from typing import Any
 
@@ -35,6 +36,7 @@ from helpers import (
     counting_jit,
     raw,
     run_steps,
+    version,
     wrapped,
 )
 
@@ -109,7 +111,9 @@ plain_losses = functools.lru_cache(maxsize=None)(functools.partial(train, plain_
 
 def test_script_runs_unchanged_with_the_same_losses() -> None:
     expected = plain_losses()
-    assert expected[-1] < 0.5 * expected[0]  # it does train
+    # It does train (over five batches each: one batch's loss is noisy, and
+    # the random numbers, hence the batches, differ between JAX versions).
+    assert expected[-5:].mean() < 0.5 * expected[:5].mean()
     np.testing.assert_allclose(train(dropin_optax), expected, rtol=1e-4)
 
 
@@ -199,7 +203,8 @@ def build(factory: Any, *args: Any, **kwargs: Any) -> Any:
 def test_catalogue_sees_every_factory_the_dropin_wraps() -> None:
     assert EXTRA == []
     names = {n for n, _, _ in CATALOGUE}
-    assert {"optax.named_chain", "optax.freeze", "optax.snapshot"} <= names
+    # freeze and snapshot came with optax 0.2.6.
+    assert {f"optax.{n}" for n in ("named_chain", "freeze", "snapshot") if hasattr(plain_optax, n)} <= names
 
 
 @pytest.mark.parametrize("name,factory", TRANSFORMATIONS, ids=[n for n, _ in TRANSFORMATIONS])
@@ -263,7 +268,8 @@ def test_every_name_is_optax_object_or_its_dropin(plain: types.ModuleType, dropi
 def test_help_shows_optax_doc_and_signature() -> None:
     for factory in (dropin_optax.adamw, dropin_optax.nadam, dropin_optax.contrib.muon):
         text = pydoc.plain(pydoc.render_doc(factory))
-        assert factory.__name__ + "(learning_rate" in text
+        # Python 3.13's pydoc puts each parameter of a long signature on a line of its own.
+        assert re.search(rf"\b{factory.__name__}\(\s*learning_rate\b", text), text[:300]
         assert (factory.__doc__ or "").strip().splitlines()[0] in text
 
 
@@ -290,8 +296,9 @@ def test_deprecated_names_behave_like_optax() -> None:
         dpsgd = dropin_optax.dpsgd
     assert record[0].filename == __file__  # at the user's line
     assert dpsgd is dropin_optax.contrib.dpsgd
-    with pytest.raises(AttributeError, match="monte_carlo is deprecated"):
-        dropin_optax.monte_carlo  # noqa: B018  # pyright: ignore[reportAttributeAccessIssue]
+    if version(plain_optax) >= (0, 2, 7):  # where optax removed it, with a message
+        with pytest.raises(AttributeError, match="monte_carlo is deprecated"):
+            dropin_optax.monte_carlo  # noqa: B018  # pyright: ignore[reportAttributeAccessIssue]
     with pytest.raises(AttributeError, match=r"'optax_pytree\.optax' has no attribute 'nope'"):
         dropin_optax.nope  # noqa: B018  # pyright: ignore[reportAttributeAccessIssue]
 

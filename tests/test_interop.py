@@ -96,7 +96,20 @@ def test_optax_apply_updates_and_apply_if_finite() -> None:
 # flax.nnx
 
 
-nnx = pytest.importorskip("flax.nnx")
+def _flax_nnx() -> Any:
+    """``flax.nnx``, or None: a test extra, whose absence skips its tests only (not the module's)."""
+    try:
+        from flax import nnx
+    except ImportError:
+        return None
+    return nnx
+
+
+nnx = _flax_nnx()
+# nnx.as_pure came with flax 0.12.7 (nnx.data with 0.11), which needs Python >= 3.11.
+needs_nnx = pytest.mark.skipif(
+    not hasattr(nnx, "as_pure"), reason="needs flax>=0.12.7 (nnx.as_pure, nnx.data), on Python>=3.11"
+)
 
 X = jnp.linspace(-1.0, 1.0, 24).reshape(8, 3)
 Y = jnp.stack([jnp.sin(X.sum(axis=1)), jnp.cos(X[:, 0])], axis=1)
@@ -126,6 +139,7 @@ def _nnx_params(model: Any) -> Any:
     return nnx.as_pure(nnx.state(model, nnx.Param))
 
 
+@needs_nnx
 def test_nnx_stateful_optimizer_as_an_argument_of_nnx_jit() -> None:
     model = _nnx_model()
     opt = with_state(optax.adam, learning_rate=LRS[0]).init(_nnx_params(model))
@@ -147,6 +161,7 @@ def test_nnx_stateful_optimizer_as_an_argument_of_nnx_jit() -> None:
     assert_tree_allclose(_nnx_params(model), _nnx_reference(), rtol=1e-4, atol=1e-5)
 
 
+@needs_nnx
 def test_nnx_stateful_optimizer_held_as_nnx_data() -> None:
     class Trainer(nnx.Module):
         def __init__(self, model: Any, opt: Any):
@@ -174,6 +189,7 @@ def test_nnx_stateful_optimizer_held_as_nnx_data() -> None:
     assert_tree_allclose(_nnx_params(trainer.model), _nnx_reference(), rtol=1e-4, atol=1e-5)
 
 
+@needs_nnx
 def test_nnx_optimizer_with_its_tx_made_nnx_data() -> None:
     model = _nnx_model()
     tx = opx.wrap(optax.adam, learning_rate=LRS[0])
@@ -196,6 +212,7 @@ def test_nnx_optimizer_with_its_tx_made_nnx_data() -> None:
     assert_tree_allclose(_nnx_params(model), _nnx_reference(), rtol=1e-4, atol=1e-5)
 
 
+@needs_nnx
 def test_nnx_optimizer_refuses_a_wrapped_tx_as_static() -> None:
     # What does not work: nnx.Optimizer keeps `tx` as a static attribute and
     # refuses a value with array leaves there; nnx.data(tx) as the argument
@@ -316,7 +333,8 @@ _SHARDED = """
 
     # Explicit axes: init under jit in the mesh context; one trace throughout.
     mesh = jax.make_mesh((8,), ("x",), axis_types=(AxisType.Explicit,))
-    with jax.set_mesh(mesh):
+    set_mesh = getattr(jax, "set_mesh", None) or jax.sharding.use_mesh  # jax<0.7: use_mesh
+    with set_mesh(mesh):
         params = jax.device_put(PARAMS, {"b": P(), "w": P("x", None)})
         opt = opx.wrap_transformation_as_pytree_with_state(optax.adam, 0.05)
         opt = jax.jit(lambda o, p: o.init(p))(opt, params)
@@ -332,6 +350,7 @@ _SHARDED = """
 """
 
 
+@pytest.mark.skipif(not hasattr(jax.sharding, "AxisType"), reason="jax<0.5.3 lacks jax.sharding.AxisType")
 def test_sharded_jit_over_8_host_devices() -> None:
     assert run_with_8_host_devices(_SHARDED).strip().endswith("OK")
 

@@ -11,6 +11,10 @@ SCRIPT = """
     from helpers import counting_jit, raw_adam
 
     assert jax.device_count() == 8, jax.devices()
+    if hasattr(jax, "shard_map"):
+        shard_map = jax.shard_map
+    else:  # jax<0.6.1
+        from jax.experimental.shard_map import shard_map
     mesh = Mesh(np.array(jax.devices()), ("data",))
     x = jax.random.normal(jax.random.PRNGKey(0), (64, 4))
     y = x @ jnp.arange(4.0)
@@ -25,7 +29,7 @@ SCRIPT = """
         return optax.apply_updates(params, updates), state
 
     def train(tx, params, x, y):
-        sharded = jax.shard_map(
+        sharded = shard_map(
             step, mesh=mesh, in_specs=(P(), P(), P(), P("data"), P("data")), out_specs=(P(), P())
         )
         state = tx.init(params)
