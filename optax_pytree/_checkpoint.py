@@ -33,8 +33,11 @@ try:
     # (pallas's); every ``jit`` cache key holds those, so each function traced
     # before a lazy import here would retrace (and recompile) once after it.
     import orbax.checkpoint as _ocp
-except ImportError:  # pragma: no cover - depends on the environment
+
+    _ORBAX_ERROR: Exception | None = None
+except Exception as e:  # noqa: BLE001 - pragma: no cover - not installed, or broken: only checkpoints need it
     _ocp = None
+    _ORBAX_ERROR = e
 
 _METADATA_KEY = "optax_pytree"
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
@@ -172,7 +175,10 @@ def _directory(directory: str | os.PathLike[str]) -> Any:
 
 def _orbax() -> Any:
     if _ocp is None:  # pragma: no cover - depends on the environment
-        raise ImportError("optax_pytree checkpoints need orbax-checkpoint (pip install orbax-checkpoint)")
+        raise ImportError(
+            "optax_pytree checkpoints need orbax-checkpoint (pip install orbax-checkpoint); "
+            f"importing it failed: {_ORBAX_ERROR!r}"
+        ) from _ORBAX_ERROR
     return _ocp
 
 
