@@ -41,7 +41,7 @@ def argument(spec: Spec, leaves: tuple[Any, ...], name: str, build_children: boo
     role = spec.roles[name]
     if role == STATIC:
         return spec.static[name]
-    value = leaves[spec.leaf_names.index(name)]
+    value = leaves[spec.leaf_index[name]]
     if role == DYNAMIC:
         if not isinstance(value, (jax.Array, np.ndarray, np.generic)) and hasattr(value, "__jax_array__"):
             # A leaf held in a container of its own (an nnx Variable, in
@@ -64,11 +64,11 @@ def build_raw(spec: Spec, leaves: tuple[Any, ...]) -> Any:
 def _call(spec: Spec, leaves: tuple[Any, ...]) -> tuple[Any, Any]:
     """(what the factory returned, the traced guard check or None)."""
     values = arguments(spec, leaves, build_children=True)
-    ok = None
+    ok = ctx = None
     if spec.guarded:
         env = {n: values[n] for n in spec.guarded}
         host = _guard.host_values(env)
-        ctx = _guard.Context(spec.info.name, record=False, recorded=dict(spec.guards))
+        ctx = _guard.Context(spec.info.name, record=False, recorded=spec.outcomes)
         if host is not None:  # concrete leaves: check them now, raise if they left their branch
             _check(spec, host)
             pyvals = {n: _leaves.python_value(host[n]) for n in spec.guarded}
@@ -79,9 +79,9 @@ def _call(spec: Spec, leaves: tuple[Any, ...]) -> tuple[Any, Any]:
             values[n] = _guard.Guarded(ctx, (_guard.ARG, n), values[n], pyvals[n])
     try:
         built = _bind.call_quietly(spec.info, values)
-        if spec.guarded:
+        if ctx is not None:
             built = _guard.detach(built, spec.keep)
-            ctx.phase = "call"  # pyright: ignore[reportPossiblyUnboundVariable]
+            ctx.phase = "call"
     except Exception as e:
         raise_traced_failure(e, spec, leaves, "building it")
         raise
@@ -105,8 +105,6 @@ def _check(spec: Spec, host: dict[str, Any]) -> None:
 
 def _short(x: Any) -> str:
     try:
-        import numpy as np
-
         a = np.asarray(x)
         return repr(a[()].item()) if a.ndim == 0 else f"array{a.tolist()!r}"[:80]
     except Exception:  # noqa: BLE001 - only for a message
@@ -120,7 +118,7 @@ def build(spec: Spec, leaves: tuple[Any, ...]) -> Any:
         tx = as_transformation(built)
         if not spec.keep and ok is None:
             return tx
-        return optax.GradientTransformationExtraArgs(*_guarded_transformation(spec, tx, ok))
+        return optax.GradientTransformationExtraArgs(*_guarded_transformation(tx, ok))
     if not spec.keep and ok is None:
         return built
     return _guarded_schedule(built, ok)
@@ -132,7 +130,7 @@ def _finish(ok: Any) -> Callable[[Any], Any]:
     return lambda out: _guard.poison(_guard.unwrap(out), ok)
 
 
-def _guarded_transformation(spec: Spec, tx: Any, ok: Any) -> tuple[Any, Any]:
+def _guarded_transformation(tx: Any, ok: Any) -> tuple[Any, Any]:
     finish = _finish(ok)
 
     def init(params: Any) -> Any:

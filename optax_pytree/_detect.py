@@ -29,10 +29,11 @@ every value that takes the same branches.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
@@ -90,13 +91,18 @@ def as_transformation(built: Any) -> optax.GradientTransformationExtraArgs:
     if isinstance(built, optax.GradientTransformation):
         return optax.with_extra_args_support(built)
     update = built.update
-    try:
-        takes_extra = any(p.kind is p.VAR_KEYWORD for p in inspect.signature(update).parameters.values())
-    except (TypeError, ValueError):
-        takes_extra = False
-    if takes_extra:
+    if _takes_extra_args(getattr(update, "__func__", update)):
         return optax.GradientTransformationExtraArgs(built.init, update)
     return optax.with_extra_args_support(optax.GradientTransformation(built.init, update))
+
+
+@functools.lru_cache(maxsize=256)
+def _takes_extra_args(update: Any) -> bool:
+    """Whether an ``update`` function takes ``**extra_args`` (read once per function: every build asks)."""
+    try:
+        return any(p.kind is p.VAR_KEYWORD for p in inspect.signature(update).parameters.values())
+    except (TypeError, ValueError):
+        return False
 
 
 def exercise(built: Any, kind: str, level: str, params: Any, count: Any, value: Any) -> Any:
@@ -432,6 +438,3 @@ def callable_kind(result: Any) -> str | None:
     if callable(result):
         return "schedule"
     return None
-
-
-BuildChild = Callable[[Any], Any]

@@ -99,25 +99,6 @@ Expr = tuple[Any, ...]
 Key = tuple[Any, ...]  # (comparison, lhs, rhs) or ("bool", expr)
 
 
-def evaluate(expr: Expr, env: Mapping[str, Any]) -> Any:
-    """The value of ``expr`` with arguments from ``env`` (numbers, NumPy or JAX arrays)."""
-    kind = expr[0]
-    if kind == ARG:
-        return env[expr[1]]
-    if kind == CONST:
-        return expr[1]
-    if kind in _UNARY:
-        return _UNARY[kind](evaluate(expr[1], env))
-    return _BINARY[kind](evaluate(expr[1], env), evaluate(expr[2], env))
-
-
-def outcome(key: Key, env: Mapping[str, Any]) -> Any:
-    """The outcome of a guard for the arguments in ``env`` (a bool, or a bool array)."""
-    if key[0] == "bool":
-        return evaluate(key[1], env) != 0
-    return _COMPARE[key[0]](evaluate(key[1], env), evaluate(key[2], env))
-
-
 def names_in(expr: Expr) -> frozenset[str]:
     kind = expr[0]
     if kind == ARG:
@@ -172,17 +153,17 @@ class Context:
     against Python values where those are known (eager use).
     """
 
-    __slots__ = ("escapes", "factory", "needs", "phase", "record", "recorded", "seen_call", "values")
+    __slots__ = ("escapes", "factory", "needs", "phase", "record", "recorded", "seen_call")
 
-    def __init__(self, factory: str, record: bool, recorded: Mapping[Key, bool] | None = None):
+    def __init__(self, factory: str, record: bool, recorded: dict[Key, bool] | None = None):
         self.factory = factory
         self.record = record
-        self.recorded: dict[Key, bool] = dict(recorded or {})
+        # Replay only reads the recorded outcomes: the spec's own dict, not a copy.
+        self.recorded: dict[Key, bool] = dict(recorded or {}) if record or recorded is None else recorded
         self.phase = "construct"
         self.seen_call: set[Key] = set()  # guards first met at call time (record mode)
         self.needs: list[tuple[frozenset[str], str]] = []  # (arguments, phase) used as Python values
         self.escapes: list[tuple[frozenset[str], str]] = []  # (arguments, phase) that reached JAX
-        self.values: dict[str, Any] = {}  # argument -> Python value, where known
 
     def answer(self, key: Key, pyval: Any) -> bool:
         if self.record:
@@ -462,14 +443,10 @@ class _Detacher:
         self.keep = keep
         self.memo: dict[int, Any] = {}
         self.cells: dict[int, Any] = {}
-        self.found = False
 
     def __call__(self, x: Any, depth: int = 0) -> Any:
         if isinstance(x, Guarded):
-            if x.names <= self.keep:
-                return x
-            self.found = True
-            return x.value
+            return x if x.names <= self.keep else x.value
         if isinstance(x, _ATOMS) or depth > 12 or _is_wrapped_object(x):
             return x
         key = id(x)
@@ -668,8 +645,8 @@ def mismatches(guards: Iterable[tuple[Key, bool]], env: Mapping[str, Any]) -> li
 def traced_ok(guards: Iterable[tuple[Key, bool]], env: Mapping[str, Any]) -> Any:
     """A traced boolean: whether the leaves in ``env`` satisfy every guard."""
     ok = jnp.asarray(True)
-    for key, recorded in guards:
-        got = outcome(key, env)
+    for fn, recorded, _ in checker(tuple(guards)).items:
+        got = fn(env)
         ok = jnp.logical_and(ok, got if recorded else jnp.logical_not(got))
     return ok
 

@@ -18,6 +18,8 @@ import collections
 import threading
 from typing import Any
 
+import jax
+
 from . import _bind, _guard, _static
 from ._bind import FactoryInfo
 from ._classify import CHILD, DYNAMIC, STATIC, Classified, Options, Template
@@ -38,11 +40,14 @@ class Spec:
         "info",
         "keep",
         "key",
+        "keys",
         "kind",
+        "leaf_index",
         "leaf_names",
         "modes",
         "names",
         "options",
+        "outcomes",
         "roles",
         "static",
         "templates",
@@ -69,11 +74,14 @@ class Spec:
         self.options = options
         self.detected = analysis.static
         self.guards = analysis.guards
+        self.outcomes = dict(self.guards)  # guard -> outcome, what a rebuild replays
         self.modes = analysis.modes
         self.guarded = tuple(n for n in roles if n in analysis.modes)
         self.keep = frozenset(n for n, m in analysis.modes.items() if m == KEEP)
         self.undecided = analysis.undecided
         self.leaf_names = tuple(n for n, r in roles.items() if r != STATIC)
+        self.leaf_index = {n: i for i, n in enumerate(self.leaf_names)}
+        self.keys = tuple(jax.tree_util.GetAttrKey(n) for n in self.leaf_names)  # flattening with paths
         parts = []
         for name, role in roles.items():
             if role == STATIC:

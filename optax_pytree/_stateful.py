@@ -325,10 +325,8 @@ class PyTreeTransformationWithState:
 
 
 def _made(transformation: PyTreeTransformation, state: Any, aux: _Aux) -> PyTreeTransformationWithState:
-    """A new optimizer from its parts (no validation: they come from another one)."""
-    obj = _new(PyTreeTransformationWithState)
-    _set_flat(obj, ((transformation, state), aux))
-    return obj
+    """A new optimizer from its parts (no validation: they come from another one), as JAX rebuilds one."""
+    return _unflatten(aux, (transformation, state))
 
 
 def _dtypes(tree: Any) -> list[Any]:
@@ -363,9 +361,7 @@ class _AvalRepr:
 def _rebuild(
     transformation: Any, state: Any, initialized: bool, params: Any
 ) -> PyTreeTransformationWithState:
-    aux = _Aux(True, None if params is None else _ParamsSpec.of(params)) if initialized else None
-    if aux is None:
-        return PyTreeTransformationWithState(transformation, state)
+    aux = _Aux(True, None if params is None else _ParamsSpec.of(params)) if initialized else _UNINITIALIZED
     return _made(transformation, state, aux)
 
 

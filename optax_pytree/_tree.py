@@ -369,8 +369,7 @@ _flatten = operator.attrgetter("_flat")
 
 def _flatten_with_keys(obj: Any) -> tuple[tuple[tuple[Any, Any], ...], Spec]:
     core = obj._core
-    keys = tuple(jax.tree_util.GetAttrKey(n) for n in core.spec.leaf_names)
-    return tuple(zip(keys, core.leaves)), core.spec
+    return tuple(zip(core.spec.keys, core.leaves)), core.spec
 
 
 def _unflatten(spec: Spec, leaves: Iterable[Any]) -> Any:

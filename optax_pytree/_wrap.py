@@ -19,7 +19,7 @@ import jax
 
 from . import _bind, _detect, _guard, _leaves, _spec, _tree
 from ._bind import FactoryInfo
-from ._classify import CHILD, Classified, Options, classify, make_options
+from ._classify import CHILD, DYNAMIC, Classified, Options, classify, make_options
 from ._detect import Analysis
 
 P = ParamSpec("P")
@@ -51,25 +51,13 @@ argument_names = _tree.argument_names
 clear_caches = _spec.clear_caches
 
 
-def _statics_anywhere(classified: Classified) -> list[Any]:
-    """Static values of this configuration and of every wrapped child in it (masks, labels)."""
-    out = [v for n, v in classified.values.items() if classified.roles[n] not in (CHILD,)]
-    children = [classified.values[n] for n, r in classified.roles.items() if r == CHILD]
+def _statics_of_children(children: Any) -> list[Any]:
+    """The static values of every wrapped object in ``children``, at any depth (masks, labels)."""
+    out: list[Any] = []
     for w in jax.tree_util.tree_leaves(children, is_leaf=is_wrapped):
         if is_wrapped(w):
-            spec = w._core.spec
-            out.extend(spec.static.values())
-            out.extend(_statics_anywhere_of(w))
-    return out
-
-
-def _statics_anywhere_of(w: Any) -> list[Any]:
-    out: list[Any] = []
-    for leaf in w._core.leaves:
-        for child in jax.tree_util.tree_leaves(leaf, is_leaf=is_wrapped):
-            if is_wrapped(child):
-                out.extend(child._core.spec.static.values())
-                out.extend(_statics_anywhere_of(child))
+            out.extend(w._core.spec.static.values())
+            out.extend(_statics_of_children(w._core.leaves))
     return out
 
 
@@ -115,28 +103,27 @@ def _analyse(info: FactoryInfo, classified: Classified) -> Analysis:
     leaves = _leaves.to_leaves(candidates)
     probe_base = {n: v for n, v in base.items() if n not in candidates}
     probe_base.update(_leaves.to_leaves({n: values[n] for n in classified.forced}))
-    shapes = _detect.stand_in_params(_statics_anywhere(classified))
+    own = [v for n, v in values.items() if roles[n] != CHILD]
+    children = [values[n] for n, r in roles.items() if r == CHILD]
+    shapes = _detect.stand_in_params([*own, *_statics_of_children(children)])
     return _detect.analyse(info, kind, probe_base, candidates, leaves, shapes, warned)
 
 
-def _find_analysis(
-    info: FactoryInfo, classified: Classified, previous: _spec.Spec | None
-) -> tuple[Analysis, bool]:
-    """The cached analysis these values match, or a new one; and whether it is new."""
+def _find_analysis(info: FactoryInfo, classified: Classified, previous: _spec.Spec | None) -> Analysis:
+    """The cached analysis these values match, or a new one."""
     values = classified.values
     pyvals = {n: _leaves.python_value(values[n]) for n in classified.candidates}
     for analysis in _spec.analyses(classified.key):
-        matched = analysis.matches(values, pyvals)
-        if matched:
-            return analysis, False
-        if matched is None and previous is not None and analysis is previous.analysis:
-            return analysis, False  # traced values (replace inside jit): keep the branches
+        if analysis.matches(values, pyvals):
+            return analysis
     if previous is not None and previous.config_key == classified.key:
+        # Traced values (replace inside jit) cannot be matched: they keep the
+        # branches of the object they replace, checked where it is used.
         if previous.analysis.matches(values, pyvals) is not False:
-            return previous.analysis, False
+            return previous.analysis
     analysis = _analyse(info, classified)
     _spec.remember(classified.key, analysis)
-    return analysis, True
+    return analysis
 
 
 def _check_leaves(info: FactoryInfo, classified: Classified, analysis: Analysis) -> None:
@@ -172,13 +159,13 @@ def make(
 ) -> Any:
     """Classifies, analyses (or finds the cached analysis) and makes the wrapped object."""
     classified = classify(info, arguments, options)
-    analysis, _ = _find_analysis(info, classified, previous)
+    analysis = _find_analysis(info, classified, previous)
     # What the factory warned when called, once per call, as optax warned it.
     _bind.reemit(analysis.warned)
     _check_leaves(info, classified, analysis)
     spec = _spec.spec_for(info, classified, analysis)
     values = classified.values
-    dynamic = [n for n, r in spec.roles.items() if r == "dynamic"]
+    dynamic = [n for n, r in spec.roles.items() if r == DYNAMIC]
     converted = _leaves.to_leaves({n: values[n] for n in dynamic}) if dynamic else {}
     leaves = tuple(converted[n] if n in converted else values[n] for n in spec.leaf_names)
     return _tree.new(spec, leaves)
