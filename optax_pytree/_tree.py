@@ -304,7 +304,7 @@ class PyTreeTransformation(_Wrapped, optax.GradientTransformationExtraArgs):  # 
     # methods, so equality is identity, as for any optax transformation.
 
 
-class PyTreeSchedule(_Wrapped, tuple):  # pyright: ignore[reportMissingTypeArgument]
+class PyTreeSchedule(_Wrapped):
     """An optax schedule (step count -> value) that is a pytree of its arguments.
 
     Made by :func:`~optax_pytree.wrap` from a schedule factory; callable like
@@ -325,18 +325,10 @@ class PyTreeSchedule(_Wrapped, tuple):  # pyright: ignore[reportMissingTypeArgum
         """The schedule's value at step ``count`` (traced or concrete)."""
         return self._core.build()(count)
 
-    # An empty tuple underneath, only so that optax's tree utilities see its
-    # fields (see _Wrapped._fields); otherwise an object like any other.
-    __hash__ = object.__hash__
-
-    def __eq__(self, other: object) -> bool:
-        return self is other
-
-    def __ne__(self, other: object) -> bool:
-        return self is not other
-
-    def __bool__(self) -> bool:
-        return True
+    # A plain object, not a tuple: ``jax.jit(schedule)`` keeps a weak
+    # reference to the function it compiles, and tuples cannot be weakly
+    # referenced. optax's tree utilities still find its arguments through
+    # the key paths of its leaves (``GetAttrKey``).
 
 
 _CLASSES = {"transformation": PyTreeTransformation, "schedule": PyTreeSchedule}
@@ -351,7 +343,7 @@ def new(spec: Spec, leaves: tuple[Any, ...]) -> Any:
     if spec.kind == "transformation":
         obj = _new_tuple(PyTreeTransformation, (core.init, core.update))
     else:
-        obj = _new_tuple(PyTreeSchedule, ())
+        obj = _new_core(PyTreeSchedule)
     d = obj.__dict__
     d["_core"] = core
     d["_flat"] = (leaves, spec)
