@@ -6,21 +6,17 @@ of its leaf, of its ``replace`` keyword, of its key path). What is read from a
 factory once (its signature, how to call it back, its annotations, its public
 name) is kept in a :class:`FactoryInfo`, one per factory.
 
-Calling the factory back is where its construction-time warnings are caught:
-optax's deprecation warnings fire when a factory is *called*, and a wrapped
-object calls its factory again at every ``init``/``update`` (and the probe runs
-it many times). :func:`call_recording` records what one call warned so that
-``wrap`` can re-emit it to the user once per ``wrap`` call, exactly as optax
-warned it; rebuilds stay quiet.
+Calling the factory back: ``wrap`` calls it once with the Python values, so
+its own checks, exceptions and warnings happen as with optax; a wrapped object
+calls it again at every ``init``/``update`` (and the probe runs it many times),
+quietly.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-import sys
 import threading
-import types
 import typing
 import warnings
 from collections.abc import Callable, Iterable
@@ -28,6 +24,45 @@ from typing import Any
 
 _EMPTY = inspect.Parameter.empty
 MARK = "__optax_pytree_factory__"  # set by @pytree_transformation on its result
+
+
+class UnknownArgumentError(TypeError, ValueError):
+    """A name that is no argument of the factory: in ``wrap``, ``replace``, ``grid``, ``set_hyperparams``.
+
+    Both a ``TypeError`` (what Python raises for an unexpected keyword
+    argument, and what ``wrap`` raised) and a ``ValueError`` (what
+    ``replace``, ``grid`` and ``set_hyperparams`` raised): code that catches
+    either keeps working.
+    """
+
+
+def did_you_mean(name: str, names: Iterable[str]) -> str:
+    """``"; did you mean 'learning_rate'?"`` for a near miss (or optax's usual ``lr``), else ``""``."""
+    import difflib
+
+    names = [n for n in names if isinstance(n, str)]
+    if name == "lr" and "learning_rate" in names:
+        return "; did you mean 'learning_rate'?"
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def is_plain_transformation(x: Any) -> bool:
+    """An optax transformation as optax's factories return it (two closures), not a wrapped one."""
+    from ._classify import is_wrapped
+
+    return (
+        isinstance(x, tuple)
+        and callable(getattr(x, "init", None))
+        and callable(getattr(x, "update", None))
+        and not is_wrapped(x)
+    )
+
+
+HOW_TO_WRAP = (
+    "pass the factory and its arguments instead, e.g. opx.wrap(optax.adam, learning_rate=1e-3) "
+    "for optax.adam(1e-3), or use the drop-in `import optax_pytree.optax as optax`"
+)
 
 
 @functools.lru_cache(maxsize=1)
@@ -77,6 +112,7 @@ class FactoryInfo:
         self.var_keyword = next((p.name for p in params if p.kind is p.VAR_KEYWORD), None)
         self.named = [p for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
         self.param_names = frozenset(p.name for p in params)
+        self.defaults = {p.name: p.default for p in params if p.default is not _EMPTY}
         self.simple = (
             self.var_positional is None
             and self.var_keyword is None
@@ -122,9 +158,9 @@ class FactoryInfo:
             if not isinstance(n, str):
                 raise TypeError(f"{self.name}: {what} must be argument names (str), got {n!r}")
             if n not in self.param_names and self.var_keyword is None:
-                raise ValueError(
+                raise UnknownArgumentError(
                     f"{self.name}: {what} names {n!r}, which is not an argument of {self.name}; "
-                    f"its arguments are {sorted(self.param_names)}"
+                    f"its arguments are {sorted(self.param_names)}{did_you_mean(n, self.param_names)}"
                 )
         return names
 
@@ -140,10 +176,7 @@ class FactoryInfo:
                 kwargs = {**given, **kwargs}
             for k in kwargs:
                 if k not in self.param_names:
-                    raise TypeError(
-                        f"{self.name}: unknown argument {k!r}; its arguments are "
-                        f"{[p.name for p in self.named]}"
-                    )
+                    self._unknown(k)
             out = {}
             for p in self.named:
                 if p.name in kwargs:
@@ -159,6 +192,10 @@ class FactoryInfo:
         try:
             bound = self.signature.bind(*args, **kwargs)
         except TypeError as e:
+            if self.var_keyword is None:
+                for k in kwargs:
+                    if k not in self.param_names:
+                        self._unknown(k)
             raise TypeError(f"{self.name}: {e}") from None
         bound.apply_defaults()
         out = {}
@@ -168,6 +205,14 @@ class FactoryInfo:
             else:
                 out[name] = value
         return out
+
+    def _unknown(self, name: str) -> typing.NoReturn:
+        names = [p.name for p in self.named]
+        if self.var_positional is not None:
+            names.append(f"*{self.var_positional}")
+        raise UnknownArgumentError(
+            f"{self.name}: unknown argument {name!r}; its arguments are {names}{did_you_mean(name, names)}"
+        )
 
     def call(self, values: dict[str, Any]) -> Any:
         args: list[Any] = []
@@ -191,6 +236,12 @@ def factory_info(factory: Any) -> FactoryInfo:
         return _INFOS[factory]
     except (KeyError, TypeError):
         pass
+    if is_plain_transformation(factory):
+        raise TypeError(
+            "optax_pytree.wrap: got a plain optax transformation (what a factory returns, such as "
+            "optax.adam(1e-3)), whose hyperparameters are hidden in its closures; the factory must be "
+            f"callable: {HOW_TO_WRAP}"
+        )
     if not callable(factory):
         raise TypeError(f"optax_pytree.wrap: the factory must be callable, got {factory!r}")
     inner = getattr(factory, MARK, factory)
@@ -208,59 +259,15 @@ def clear() -> None:
 
 
 # --------------------------------------------------------------------------
-# Warnings of the factory's own construction.
-
-
-class Warned:
-    """One warning a factory raised when called, kept to be raised again as it was."""
-
-    __slots__ = ("category", "filename", "lineno", "message")
-
-    def __init__(self, w: warnings.WarningMessage):
-        self.message = w.message
-        self.category = w.category
-        self.filename = w.filename
-        self.lineno = w.lineno
-
-
-def call_recording(info: FactoryInfo, values: dict[str, Any]) -> tuple[Any, tuple[Warned, ...]]:
-    """``info.call(values)`` and the warnings it raised, none of them shown."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        result = info.call(values)
-    return result, tuple(Warned(w) for w in caught)
+# Calling the factory back.
 
 
 def call_quietly(info: FactoryInfo, values: dict[str, Any]) -> Any:
-    """``info.call(values)`` with its construction warnings dropped (a rebuild)."""
+    """``info.call(values)`` with its construction warnings dropped (a rebuild, a probe run).
+
+    ``wrap`` itself calls the factory plainly, once per call: what it warns
+    reaches the user as optax warns it.
+    """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return info.call(values)
-
-
-@functools.lru_cache(maxsize=256)
-def _module_of(filename: str) -> types.ModuleType | None:
-    for module in list(sys.modules.values()):
-        if getattr(module, "__file__", None) == filename:
-            return module
-    return None
-
-
-def reemit(warned: Iterable[Warned]) -> None:
-    """Raises recorded warnings again, as if from where the factory raised them.
-
-    Same message, category, file and line, and the registry of the module that
-    raised them, so the user's warning filters (``-W error::DeprecationWarning``,
-    ``pytest.warns``, "once per location") treat them exactly as optax's own.
-    """
-    for w in warned:
-        module = _module_of(w.filename)
-        registry = None if module is None else module.__dict__.setdefault("__warningregistry__", {})
-        warnings.warn_explicit(
-            w.message,
-            w.category,
-            w.filename,
-            w.lineno,
-            module=None if module is None else module.__name__,
-            registry=registry,
-        )

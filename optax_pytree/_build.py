@@ -80,7 +80,7 @@ def _call(spec: Spec, leaves: tuple[Any, ...]) -> tuple[Any, Any]:
     try:
         built = _bind.call_quietly(spec.info, values)
         if ctx is not None:
-            built = _guard.detach(built, spec.keep)
+            built = _guard.detach(built, ctx, spec.keep)
             ctx.phase = "call"
     except Exception as e:
         raise_traced_failure(e, spec, leaves, "building it")
@@ -177,9 +177,15 @@ def raise_traced_failure(e: Exception, spec: Spec, leaves: tuple[Any, ...], wher
         for n, leaf in zip(spec.leaf_names, leaves)
         if spec.roles[n] == DYNAMIC and any(_leaves.is_tracer(x) for x in jax.tree_util.tree_leaves(leaf))
     ]
-    if about_tracers and traced:
-        named = [n for n in traced if f".{n}" in text or f"'{n}'" in text or f"`{n}`" in text]
-        culprits = named or traced
+    if about_tracers and dynamic:
+        # Traced leaves (the object passed into jit), or concrete ones closed
+        # over, whose arithmetic inside jit is traced all the same.
+        suspects = traced or dynamic
+        if isinstance(e, jax.errors.TracerIntegerConversionError):  # an index, a range, a shape
+            integers = [n for n in suspects if _is_integer_leaf(leaves[spec.leaf_index[n]])]
+            suspects = integers or suspects
+        named = [n for n in suspects if f".{n}" in text or f"'{n}'" in text or f"`{n}`" in text]
+        culprits = named or suspects
         why = "is dynamic (a traced JAX value) but the factory needs it as a concrete Python value"
         detection = (
             "could not run init/update for this configuration" if spec.undecided else "did not catch it"
@@ -196,13 +202,17 @@ def raise_traced_failure(e: Exception, spec: Spec, leaves: tuple[Any, ...], wher
     which = f"argument {culprits[0]!r}" if len(culprits) == 1 else f"one of the arguments {culprits}"
     hint = ", ".join(repr(n) for n in culprits) + ("," if len(culprits) == 1 else "")
     raise TypeError(
-        f"{spec.info.name}: {which} {why} ({where} failed: {type(e).__name__}: {_first_line(text)}). "
+        f"{spec.info.name}: {which} {why} ({where} failed: {type(e).__name__}: {first_line(text)}). "
         f"Automatic static detection {detection}; mark it static: "
         f"optax_pytree.wrap({spec.info.name}, ..., static_argnames=({hint})), or pass the value "
         "as optax_pytree.static(value)."
     ) from e
 
 
-def _first_line(text: str) -> str:
+def _is_integer_leaf(x: Any) -> bool:
+    return hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.integer)
+
+
+def first_line(text: str) -> str:
     line = text.strip().splitlines()[0] if text.strip() else ""
     return line if len(line) <= 160 else line[:157] + "..."

@@ -317,10 +317,23 @@ def check_value(info: FactoryInfo, name: str, value: Any) -> None:
 # Classification.
 
 
+_NO_DEFAULT = object()
+
+
 class Classified:
     """The roles of one configuration's arguments, and the key of its configuration."""
 
-    __slots__ = ("candidates", "forced", "key", "options", "roles", "templates", "values")
+    __slots__ = (
+        "analysis_key",
+        "candidates",
+        "forced",
+        "key",
+        "options",
+        "roles",
+        "templates",
+        "values",
+        "wide",
+    )
 
     def __init__(self) -> None:
         self.roles: dict[str, str] = {}
@@ -328,7 +341,12 @@ class Classified:
         self.templates: dict[str, Template] = {}
         self.candidates: list[str] = []  # numeric arguments for detection and guards
         self.forced: list[str] = []  # numeric arguments forced dynamic (no detection)
-        self.key: tuple[Any, ...] = ()
+        self.wide: list[str] = []  # Python integers beyond the range of an integer leaf: static
+        self.key: tuple[Any, ...] = ()  # the configuration: what its spec is made of
+        # The configuration and what a factory may decide about a value besides
+        # comparing it (its Python type, whether it is the default object):
+        # the analyses are cached, and verified, per analysis key.
+        self.analysis_key: tuple[Any, ...] = ()
         self.options: Options = NO_OPTIONS
 
 
@@ -345,7 +363,7 @@ def classify(info: FactoryInfo, arguments: dict[str, Any], options: Options) -> 
     plain = options is NO_OPTIONS
     roles, values, candidates = out.roles, out.values, out.candidates
     for name, value in arguments.items():
-        if plain and (type(value) is float or type(value) is int):  # the common case, fast
+        if plain and (type(value) is float or (type(value) is int and _leaves.fits_int_leaf(value))):
             candidates.append(name)
             key_parts.append((name, DYNAMIC, _leaves.kind_key(value)))
             roles[name] = DYNAMIC
@@ -372,6 +390,11 @@ def classify(info: FactoryInfo, arguments: dict[str, Any], options: Options) -> 
             role = CHILD
             out.templates[name], value = Template.split(value)
             key_parts.append((name, role, out.templates[name].key, jax.tree_util.tree_structure(value)))
+        elif _leaves.is_integer(value) and not _leaves.fits_int_leaf(value) and name not in options.dynamic:
+            # 10**10 steps: an int32 leaf cannot hold it, Python's int can.
+            role = STATIC
+            out.wide.append(name)
+            key_parts.append((name, role, _static.freeze(value)))
         elif _leaves.is_numeric(value) and (options.dynamic_only is None or name in options.dynamic_only):
             role = DYNAMIC
             out.candidates.append(name)
@@ -384,4 +407,9 @@ def classify(info: FactoryInfo, arguments: dict[str, Any], options: Options) -> 
         out.roles[name] = role
         out.values[name] = value
     out.key = (info.factory, tuple(key_parts), options.key())
+    defaults = info.defaults
+    out.analysis_key = (
+        out.key,
+        tuple((_leaves.given_type(values[n]), values[n] is defaults.get(n, _NO_DEFAULT)) for n in candidates),
+    )
     return out

@@ -42,7 +42,7 @@ import numpy as np
 import optax
 
 from . import _bind, _guard, _static
-from ._bind import FactoryInfo, Warned
+from ._bind import FactoryInfo
 from ._leaves import is_tracer, python_value, static_form
 
 STATIC = "static"
@@ -52,11 +52,20 @@ KEEP = "keep"
 _DOWN = {KEEP: CONSTRUCT, CONSTRUCT: RAW, RAW: STATIC}
 
 # How far the probe drives what the factory returns, deepest first: update
-# with the extra arguments of optax's line searches and Polyak/plateau rules,
-# or of its Hessian estimators (transformations that need none ignore them),
-# update alone, init, or construction only.
+# with every extra argument optax's transformations take (those of line
+# searches and Polyak/plateau rules, of Hessian estimators, of SAM's opaque
+# mode; a transformation that takes **extra_args ignores the others), then
+# each group alone (a transformation with explicit keywords refuses the
+# rest), update alone, init, or construction only.
+_EXTRAS = {
+    "update+all": ("value", "grad", "value_fn", "obj_fn", "grad_fn"),
+    "update+linesearch": ("value", "grad", "value_fn"),
+    "update+obj_fn": ("obj_fn",),
+    "update+grad_fn": ("grad_fn",),
+    "update": (),
+}
 _LEVELS = {
-    "transformation": ("update+linesearch", "update+obj_fn", "update", "init", "build"),
+    "transformation": (*_EXTRAS, "init", "build"),
     "schedule": ("call", "build"),
 }
 
@@ -65,9 +74,34 @@ def _sum_of_squares(params: Any) -> jax.Array:
     return sum((jnp.sum(x**2) for x in jax.tree_util.tree_leaves(params)), jnp.zeros(()))
 
 
+def _gradient(params: Any, i: Any = 0) -> Any:
+    """The gradient of ``_sum_of_squares``; SAM's ``grad_fn(params, i)`` in opaque mode."""
+    del i
+    return jax.tree_util.tree_map(lambda x: 2 * x, params)
+
+
+def _extra_args(level: str, value: Any, params: Any) -> dict[str, Any]:
+    every = {
+        "value": value,
+        "grad": _gradient(params),
+        "value_fn": _sum_of_squares,
+        "obj_fn": _sum_of_squares,
+        "grad_fn": _gradient,
+    }
+    return {k: every[k] for k in _EXTRAS[level]}
+
+
 def _default_param_shapes() -> list[Any]:
     f32 = jnp.float32
     return [
+        # Ranks 1 to 4 (a bias, a dense kernel, a conv kernel): guards on a
+        # parameter's rank (``g.ndim < min_ndim``) are recorded for each.
+        {
+            "b": jax.ShapeDtypeStruct((3,), f32),
+            "c": jax.ShapeDtypeStruct((2, 3, 2, 4), f32),
+            "s": jax.ShapeDtypeStruct((3, 2, 4), f32),
+            "w": jax.ShapeDtypeStruct((4, 3), f32),
+        },
         {"b": jax.ShapeDtypeStruct((3,), f32), "w": jax.ShapeDtypeStruct((4, 3), f32)},
         {"w": jax.ShapeDtypeStruct((4, 3), f32)},
         jax.ShapeDtypeStruct((3,), f32),
@@ -105,7 +139,8 @@ def _takes_extra_args(update: Any) -> bool:
         return False
 
 
-def exercise(built: Any, kind: str, level: str, params: Any, count: Any, value: Any) -> Any:
+def exercise(built: Any, kind: str, level: str, params: Any, count: Any, value: Any, steps: int = 1) -> Any:
+    """What the probe (and the verification) run: init, then ``steps`` updates; a schedule at ``count``."""
     if level == "build":
         return None
     if kind == "schedule":
@@ -114,11 +149,12 @@ def exercise(built: Any, kind: str, level: str, params: Any, count: Any, value: 
     state = tx.init(params)
     if level == "init":
         return state
-    if level == "update+linesearch":
-        return tx.update(params, state, params, value=value, grad=params, value_fn=_sum_of_squares)
-    if level == "update+obj_fn":
-        return tx.update(params, state, params, obj_fn=_sum_of_squares)
-    return tx.update(params, state, params)
+    extra = _extra_args(level, value, params)
+    outputs = [state]
+    for _ in range(steps):
+        updates, state = tx.update(_gradient(params), state, params, **extra)
+        outputs += [updates, state]
+    return outputs
 
 
 def _spec(x: Any) -> Any:
@@ -174,11 +210,13 @@ class Probe:
         self.param_shapes = [*param_shapes, *_default_param_shapes()]
         self.level: str | None = None
         self.params: Any = None
+        self.fixed: dict[str, str] = {}  # candidates the verification found must be static
 
     def run(self, modes: Mapping[str, str], level: str | None = None, params: Any = None) -> Run:
         if level is None:
             assert self.level is not None, "baseline() first"
             level, params = self.level, self.params if params is None else params
+        modes = {**modes, **self.fixed}
         holder: list[_guard.Context] = []
         info, at = self.info, level
 
@@ -194,7 +232,7 @@ class Probe:
                 else:
                     args[n] = _guard.Guarded(ctx, (_guard.ARG, n), dyn[n], self.pyvals[n])
             built = _bind.call_quietly(info, args)
-            built = _guard.detach(built, frozenset(n for n, m in modes.items() if m == KEEP))
+            built = _guard.detach(built, ctx, frozenset(n for n, m in modes.items() if m == KEEP))
             ctx.phase = "call"
             return _guard.unwrap(exercise(built, self.kind, at, params, count, value))
 
@@ -238,11 +276,10 @@ class Analysis:
     candidates -> ``keep`` or ``construct``; ``guards``: the recorded
     comparisons and their outcomes; ``undecided``: the probe could not run
     ``init``/``update`` (its stand-in parameters did not fit), so a failure at
-    trace time names the dynamic arguments; ``warned``: what the factory
-    warned when called.
+    trace time names the dynamic arguments.
     """
 
-    __slots__ = ("guards", "kind", "modes", "static", "static_key", "undecided", "warned")
+    __slots__ = ("guards", "kind", "level", "modes", "params", "static", "static_key", "undecided")
 
     def __init__(
         self,
@@ -251,7 +288,6 @@ class Analysis:
         modes: dict[str, str] | None = None,
         guards: tuple[tuple[_guard.Key, bool], ...] = (),
         undecided: bool = False,
-        warned: tuple[Warned, ...] = (),
         values: Mapping[str, Any] | None = None,
     ):
         self.kind = kind
@@ -259,8 +295,11 @@ class Analysis:
         self.modes = modes or {}
         self.guards = guards
         self.undecided = undecided
-        self.warned = warned
         self.static_key = tuple(_static.freeze(static_form((values or {})[n])) for n in static)
+        # How deep the probe could drive the result, on which stand-in
+        # parameters: where the verification runs it too.
+        self.level: str = "build"
+        self.params: Any = None
 
     def matches(self, values: Mapping[str, Any], pyvals: Mapping[str, Any]) -> bool | None:
         """Whether these values take this analysis' branches (None: cannot tell, traced).
@@ -289,8 +328,12 @@ def search(probe: Probe, candidates: Sequence[str], proxiable: frozenset[str]) -
     call_time = probe.level != "build"
     # Most factories do nothing in Python with their numbers: every candidate
     # a plain traced leaf runs, and that is the whole answer (no guards).
-    if probe.run(dict.fromkeys(candidates, RAW)).error is None:
-        return Analysis(probe.kind, undecided=not call_time, values=probe.concrete)
+    # Integers go in as stand-ins all the same: Python's integer arithmetic on
+    # them (``steps * steps``) is exact where the leaf's would wrap around.
+    first = {n: CONSTRUCT if n in proxiable and _guard.is_int(probe.pyvals[n]) else RAW for n in candidates}
+    run = probe.run(first)
+    if run.error is None and run.ctx is not None and not run.ctx.recorded and not run.ctx.needs:
+        return _found(probe, Analysis(probe.kind, undecided=not call_time, values=probe.concrete))
     modes = {n: (KEEP if call_time else CONSTRUCT) if n in proxiable else RAW for n in candidates}
     run = probe.run(modes)
     for _ in range(4 * len(candidates) + 4):
@@ -333,14 +376,19 @@ def search(probe: Probe, candidates: Sequence[str], proxiable: frozenset[str]) -
             modes, guards = trial, tuple(again.ctx.recorded.items())
     static = tuple(n for n in candidates if modes[n] == STATIC)
     guarded_modes = {n: m for n, m in modes.items() if m in (KEEP, CONSTRUCT)}
-    return Analysis(
-        probe.kind,
-        static,
-        guarded_modes,
-        guards,
-        undecided=not call_time,
-        values=probe.concrete,
+    return _found(
+        probe,
+        Analysis(probe.kind, static, guarded_modes, guards, undecided=not call_time, values=probe.concrete),
     )
+
+
+def _found(probe: Probe, analysis: Analysis) -> Analysis:
+    assert probe.level is not None
+    analysis.level, analysis.params = probe.level, probe.params
+    if probe.fixed:
+        analysis.static = tuple(n for n in probe.concrete if n in probe.fixed or n in analysis.static)
+        analysis.static_key = Analysis(probe.kind, analysis.static, values=probe.concrete).static_key
+    return analysis
 
 
 def _shape_dependent_guards(probe: Probe, modes: Mapping[str, str], ctx: _guard.Context) -> set[str]:
@@ -409,19 +457,23 @@ def analyse(
     concrete: dict[str, Any],
     leaves: dict[str, Any],
     param_shapes: Sequence[Any],
-    warned: tuple[Warned, ...],
+    static: Sequence[str] = (),
 ) -> Analysis:
-    """Probes the candidates (``concrete``: name -> value as given) of one configuration."""
+    """Probes the candidates (``concrete``: name -> value as given) of one configuration.
+
+    ``static``: candidates already known to be static (the verification found
+    that the wrapped build computes something else with them as leaves).
+    """
     if not concrete:
-        return Analysis(kind, warned=warned)
+        return Analysis(kind)
     probe = Probe(info, kind, base, concrete, leaves, param_shapes)
+    probe.fixed = dict.fromkeys(static, STATIC)
     proxiable = frozenset(
         n for n, v in concrete.items() if probe.pyvals[n] is not None or _is_scalar_tracer(v)
     )
-    found = search(probe, list(concrete), proxiable)
+    found = search(probe, [n for n in concrete if n not in probe.fixed], proxiable)
     if found is None:
-        return Analysis(kind, undecided=True, warned=warned)
-    found.warned = warned
+        return Analysis(kind, tuple(static), undecided=True, values=probe.concrete)
     return found
 
 

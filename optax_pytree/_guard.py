@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import math
 import operator
 import types
 from collections.abc import Callable, Iterable, Mapping
@@ -96,7 +97,14 @@ _SYMBOL = {
 _REFLECTED = {"eq": "eq", "ne": "ne", "lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}
 
 Expr = tuple[Any, ...]
-Key = tuple[Any, ...]  # (comparison, lhs, rhs) or ("bool", expr)
+Key = tuple[Any, ...]  # (comparison, lhs, rhs), ("bool", expr) or ("fits", expr, dtype name)
+
+# An integer expression computed in Python is exact; the same expression on a
+# leaf is computed in the leaf's integer dtype and wraps around past its
+# range. Where the factory does integer arithmetic on an argument in Python,
+# the result fitting the dtype is a guard ("fits"): values whose arithmetic
+# overflows are another branch, on which the argument is static.
+FITS = "fits"
 
 
 def names_in(expr: Expr) -> frozenset[str]:
@@ -109,7 +117,7 @@ def names_in(expr: Expr) -> frozenset[str]:
 
 
 def key_names(key: Key) -> frozenset[str]:
-    return frozenset().union(*(names_in(e) for e in key[1:]))
+    return frozenset().union(*(names_in(e) for e in key[1:] if isinstance(e, tuple)))
 
 
 def text(expr: Expr) -> str:
@@ -129,6 +137,8 @@ def text(expr: Expr) -> str:
 def key_text(key: Key) -> str:
     if key[0] == "bool":
         return f"bool({text(key[1])})"
+    if key[0] == FITS:
+        return f"{text(key[1])} fits in {key[2]}"
     return f"{text(key[1])} {_SYMBOL[key[0]]} {text(key[2])}"
 
 
@@ -212,6 +222,10 @@ def _is_number(x: Any) -> bool:
     return isinstance(x, (int, float, complex, np.number, np.bool_))
 
 
+def is_int(x: Any) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
 class Guarded:
     """A numeric argument, or an expression of them, standing in for a factory's argument.
 
@@ -289,7 +303,27 @@ class Guarded:
                 raise  # as raw optax would, with Python numbers
             except ArithmeticError:  # an overflow: the traced value decides
                 pyval = None
-        return Guarded(self.ctx, (op, left[0], right[0]), fn(left[1], right[1]), pyval)
+        out = Guarded(self.ctx, (op, left[0], right[0]), fn(left[1], right[1]), pyval)
+        out.check_integer_range(left[2], right[2])
+        return out
+
+    def check_integer_range(self, *operands: Any) -> None:
+        """Integer arithmetic done in Python must fit the leaf's integer dtype (a guard)."""
+        if not all(is_int(x) for x in operands):
+            return
+        dtype = jnp.result_type(self.value)
+        if not jnp.issubdtype(dtype, jnp.integer):
+            if self.pyval is not None and is_int(self.pyval):  # Python int, traced float: other numbers
+                self.ctx.need(self.names, f"{text(self.expr)} is an integer in Python", self.pyval)
+            return
+        info = jnp.iinfo(dtype)
+        fits = None
+        if self.pyval is not None:
+            fits = is_int(self.pyval) and info.min <= int(self.pyval) <= info.max
+        if self.ctx.record and fits is False:
+            self.ctx.need(self.names, f"{text(self.expr)} = {self.pyval} overflows {dtype}", self.pyval)
+            return
+        self.ctx.answer((FITS, self.expr, np.dtype(dtype).name), fits)
 
     def __add__(self, o: Any) -> Any:
         return self._binary("add", o, False)
@@ -335,9 +369,11 @@ class Guarded:
 
     def _unary(self, op: str) -> Guarded:
         fn = _UNARY[op]
-        return Guarded(
+        out = Guarded(
             self.ctx, (op, self.expr), fn(self.value), None if self.pyval is None else fn(self.pyval)
         )
+        out.check_integer_range(self.pyval)
+        return out
 
     def __neg__(self) -> Guarded:
         return self._unary("neg")
@@ -369,18 +405,12 @@ class Guarded:
         return round(self.ctx.need(self.names, "round()", self.pyval), ndigits)
 
     def __trunc__(self) -> Any:
-        import math
-
         return math.trunc(self.ctx.need(self.names, "math.trunc()", self.pyval))
 
     def __floor__(self) -> Any:
-        import math
-
         return math.floor(self.ctx.need(self.names, "math.floor()", self.pyval))
 
     def __ceil__(self) -> Any:
-        import math
-
         return math.ceil(self.ctx.need(self.names, "math.ceil()", self.pyval))
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
@@ -417,6 +447,12 @@ class Guarded:
         raise TypeError(f"a guarded stand-in for {text(self.expr)} cannot be pickled")
 
 
+# A stand-in handed to a jitted helper (optax's ``tree_bias_correction``) is
+# flattened as a pytree instead of being abstractified through
+# ``__jax_array__`` (which JAX refuses): the helper sees the leaf itself.
+jax.tree_util.register_pytree_node(Guarded, lambda g: ((g.value,), None), lambda _, children: children[0])
+
+
 def unwrap(tree: Any) -> Any:
     """``tree`` with every ``Guarded`` leaf replaced by its value (states, schedule values)."""
     return jax.tree_util.tree_map(lambda x: x.value if isinstance(x, Guarded) else x, tree)
@@ -439,14 +475,19 @@ class _Detacher:
     copied; nothing is mutated.
     """
 
-    def __init__(self, keep: frozenset[str]):
+    def __init__(self, ctx: Context, keep: frozenset[str]):
+        self.ctx = ctx
         self.keep = keep
         self.memo: dict[int, Any] = {}
         self.cells: dict[int, Any] = {}
 
     def __call__(self, x: Any, depth: int = 0) -> Any:
         if isinstance(x, Guarded):
-            return x if x.names <= self.keep else x.value
+            # Another context's stand-ins are a wrapped child's, kept in its
+            # closures for call time: the child's, not to be touched here.
+            if x.ctx is not self.ctx or x.names <= self.keep:
+                return x
+            return x.value
         if isinstance(x, _ATOMS) or depth > 12 or _is_wrapped_object(x):
             return x
         key = id(x)
@@ -542,9 +583,9 @@ def _is_wrapped_object(x: Any) -> bool:
     return "_core" in getattr(x, "__dict__", ())
 
 
-def detach(built: Any, keep: frozenset[str] = frozenset()) -> Any:
-    """What the factory returned, with its ``Guarded`` values replaced by their leaves."""
-    return _Detacher(keep)(built)
+def detach(built: Any, ctx: Context, keep: frozenset[str] = frozenset()) -> Any:
+    """What the factory returned, with the ``Guarded`` values of ``ctx`` replaced by their leaves."""
+    return _Detacher(ctx, keep)(built)
 
 
 # --------------------------------------------------------------------------
@@ -581,8 +622,27 @@ def _compile_key(key: Key) -> Callable[[Mapping[str, Any]], Any]:
     if key[0] == "bool":
         inner = _compile(key[1])
         return lambda env: inner(env) != 0
+    if key[0] == FITS:
+        inner, info = _compile(key[1]), np.iinfo(key[2])
+
+        def fits(env: Mapping[str, Any]) -> Any:
+            value = inner(env)
+            if isinstance(value, np.ndarray):
+                return np.vectorize(lambda v: is_int(v) and info.min <= v <= info.max, otypes=[bool])(value)
+            return is_int(value) and info.min <= value <= info.max
+
+        return fits
     compare, a, b = _COMPARE[key[0]], _compile(key[1]), _compile(key[2])
     return lambda env: compare(a(env), b(env))
+
+
+def _exact(value: Any) -> Any:
+    """An integer host value with Python's unbounded integers (object arrays for batches)."""
+    if isinstance(value, np.ndarray) and np.issubdtype(value.dtype, np.integer):
+        return value.astype(object)
+    if isinstance(value, np.integer):
+        return int(value)
+    return value
 
 
 def _ops(expr: Any) -> set[str]:
@@ -609,6 +669,9 @@ class Checker:
         return self._run(env)
 
     def _run(self, env: Mapping[str, Any]) -> list[tuple[Key, bool, Any]]:
+        # Integers as Python computes them (the factory's arithmetic on them
+        # was Python's): no wrap-around where the leaf's dtype would overflow.
+        env = {n: _exact(v) for n, v in env.items()}
         out = []
         for fn, recorded, key in self.items:
             try:
@@ -643,12 +706,65 @@ def mismatches(guards: Iterable[tuple[Key, bool]], env: Mapping[str, Any]) -> li
 
 
 def traced_ok(guards: Iterable[tuple[Key, bool]], env: Mapping[str, Any]) -> Any:
-    """A traced boolean: whether the leaves in ``env`` satisfy every guard."""
+    """A traced boolean: whether the leaves in ``env`` satisfy every guard.
+
+    Each comparison is made as Python made it on the host (see
+    :func:`_traced_compare`); an integer expression's range is checked
+    conservatively (a value within 2**-20 of the dtype's edge counts as
+    out of range: NaN outputs rather than wrapped-around arithmetic).
+    """
     ok = jnp.asarray(True)
-    for fn, recorded, _ in checker(tuple(guards)).items:
-        got = fn(env)
+    for key, recorded in guards:
+        got = _traced_key(key, env)
         ok = jnp.logical_and(ok, got if recorded else jnp.logical_not(got))
     return ok
+
+
+def _traced_key(key: Key, env: Mapping[str, Any]) -> Any:
+    if key[0] == "bool":
+        return _compile(key[1])(env) != 0
+    if key[0] == FITS:
+        info = np.iinfo(key[2])
+        estimate = _compile(key[1])({n: jnp.asarray(v, jnp.float32) for n, v in env.items()})
+        margin = 1.0 - 2.0**-20
+        return jnp.logical_and(estimate >= info.min * margin, estimate <= info.max * margin)
+    return _traced_compare(key[0], _compile(key[1])(env), _compile(key[2])(env))
+
+
+def _traced_compare(op: str, a: Any, b: Any) -> Any:
+    """``a <op> b`` on traced values, with the outcome Python gives for the host values.
+
+    JAX converts a Python constant to the dtype of the traced side: an int32
+    leaf compared with ``16777216.5`` is compared in float32 (where 2**24 + 1
+    is 2**24), and ``2**31`` does not convert at all. An integer side compared
+    with a constant is compared with the integer that gives the same outcome.
+    """
+    if isinstance(a, (int, float)) and not isinstance(b, (int, float)):
+        return _traced_compare(_REFLECTED[op], b, a)
+    if (
+        not isinstance(b, (int, float))
+        or isinstance(b, bool)
+        or not jnp.issubdtype(jnp.result_type(a), jnp.integer)
+    ):
+        return _COMPARE[op](a, b)
+    info = jnp.iinfo(jnp.result_type(a))
+    if isinstance(b, float):
+        if b != b:  # NaN: every comparison False, != True
+            return jnp.full(jnp.shape(a), op == "ne")
+        if b in (float("inf"), float("-inf")):
+            b = info.max + 1 if b > 0 else info.min - 1
+        elif b != int(b):  # x > 2.5 is x >= 3; x == 2.5 never holds
+            if op in ("eq", "ne"):
+                return jnp.full(jnp.shape(a), op == "ne")
+            op, b = {"gt": ("ge", math.ceil(b)), "ge": ("ge", math.ceil(b)),
+                     "lt": ("le", math.floor(b)), "le": ("le", math.floor(b))}[op]  # fmt: skip
+        else:
+            b = int(b)
+    if b > info.max or b < info.min:  # every value of the dtype is on one side
+        above = b > info.max
+        holds = {"eq": False, "ne": True, "lt": above, "le": above, "gt": not above, "ge": not above}[op]
+        return jnp.full(jnp.shape(a), holds)
+    return _COMPARE[op](a, b)
 
 
 def poison(tree: Any, ok: Any) -> Any:

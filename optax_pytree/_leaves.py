@@ -44,6 +44,18 @@ def is_numeric(x: Any) -> bool:
     return False
 
 
+def is_integer(x: Any) -> bool:
+    """A Python or NumPy integer scalar (not a bool)."""
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+def fits_int_leaf(x: int) -> bool:
+    """Whether a Python integer fits the integer leaf it would become (int32; int64 with x64)."""
+    if -(2**31) <= x < 2**31:
+        return True
+    return bool(jax.config.jax_enable_x64) and -(2**63) <= x < 2**63  # pyright: ignore[reportAttributeAccessIssue]
+
+
 @functools.lru_cache(maxsize=64)
 def _weak_converter(n: int):
     # One jitted identity converts every Python number of a wrap in a single
@@ -170,6 +182,30 @@ def aval_key(x: Any) -> Any:
             return ((), _canonical(x.dtype), True)
         return (tuple(x.shape), _canonical(x.dtype), bool(getattr(x, "weak_type", False)))
     return jax.tree_util.tree_structure(x)
+
+
+def as_python(x: Any) -> Any:
+    """A concrete weakly typed scalar leaf as the Python number it was made from (else ``x``).
+
+    ``replace`` hands the factory the other arguments' leaves: it gets Python
+    numbers back, as it got them from the user (its checks and exceptions are
+    Python's: ``1 / (1.0 - m)`` raises at ``m = 1.0``).
+    """
+    if isinstance(x, jax.Array) and not is_tracer(x) and x.ndim == 0 and getattr(x, "weak_type", False):
+        return x.item()
+    return x
+
+
+def given_type(x: Any) -> Any:
+    """The kind of value the user gave, as a factory's ``isinstance``/``hasattr`` see it.
+
+    A weakly typed scalar leaf stands for the Python number it was made from.
+    """
+    if type(x) in _PY_NUMBERS or isinstance(x, np.generic):
+        return type(x)
+    if isinstance(x, jax.Array) and x.ndim == 0 and getattr(x, "weak_type", False) and not is_tracer(x):
+        return type(np.zeros((), x.dtype).item())
+    return "array"
 
 
 def kind_key(x: Any) -> Any:

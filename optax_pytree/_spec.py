@@ -62,6 +62,7 @@ class Spec:
         templates: dict[str, Template],
         options: Options,
         analysis: Analysis,
+        wide: tuple[str, ...] = (),
     ):
         self.info = info
         self.analysis = analysis  # what it was made from (not part of the key)
@@ -72,7 +73,7 @@ class Spec:
         self.static = static
         self.templates = templates
         self.options = options
-        self.detected = analysis.static
+        self.detected = wide + analysis.static  # found static: too wide for a leaf, or needed concrete
         self.guards = analysis.guards
         self.outcomes = dict(self.guards)  # guard -> outcome, what a rebuild replays
         self.modes = analysis.modes
@@ -163,22 +164,45 @@ def remember(key: Any, analysis: Analysis) -> None:
         del found[:-_MAX_BRANCHES]
 
 
+def new_spec(info: FactoryInfo, classified: Classified, analysis: Analysis) -> Spec:
+    """The spec of a configuration and one of its analyses (not interned: see :func:`spec_for`)."""
+    roles = dict(classified.roles)
+    for name in analysis.static:
+        roles[name] = STATIC
+    static = {n: classified.values[n] for n, r in roles.items() if r == STATIC}
+    for name in analysis.static:  # found to be needed as Python values: never JAX arrays
+        static[name] = static_form(static[name])
+    spec = Spec(
+        info, roles, static, classified.templates, classified.options, analysis, tuple(classified.wide)
+    )
+    spec.config_key = classified.key
+    return spec
+
+
 def spec_for(info: FactoryInfo, classified: Classified, analysis: Analysis) -> Spec:
     """The interned spec of a configuration and one of its analyses."""
     key = (classified.key, analysis)
     spec = _SPEC_OF.get(key)
     if spec is None:
-        roles = dict(classified.roles)
-        for name in analysis.static:
-            roles[name] = STATIC
-        static = {n: classified.values[n] for n, r in roles.items() if r == STATIC}
-        for name in analysis.static:  # found to be needed as Python values: never JAX arrays
-            static[name] = static_form(static[name])
-        spec = Spec(info, roles, static, classified.templates, classified.options, analysis)
-        spec.config_key = classified.key
+        spec = new_spec(info, classified, analysis)
         spec = _SPECS.setdefault(spec, spec)
         _SPEC_OF.setdefault(key, spec)
     return spec
+
+
+# Configuration key -> the arguments the verification found must be static:
+# a new value of one of them (another static key) is analysed with them
+# static from the start, not bisected again.
+_VERIFIED_STATIC = LRU(4096)
+
+
+def verified_static(key: Any) -> tuple[str, ...]:
+    found = _VERIFIED_STATIC.get(key)
+    return () if found is None else found
+
+
+def remember_verified_static(key: Any, names: tuple[str, ...]) -> None:
+    _VERIFIED_STATIC.setdefault(key, names)
 
 
 def clear_caches() -> None:
@@ -186,6 +210,7 @@ def clear_caches() -> None:
     _ANALYSES.clear()
     _SPECS.clear()
     _SPEC_OF.clear()
+    _VERIFIED_STATIC.clear()
     _bind.clear()
 
 

@@ -37,11 +37,23 @@ def _array_key(x: Any) -> tuple[Any, ...]:
     return ("array", a.shape, a.dtype.str, a.tobytes())
 
 
+def _number_key(x: Any) -> Any:
+    """A float's key by its bits: ``-0.0`` is not ``0.0`` (``math.copysign`` tells them apart),
+    and a NaN equals itself."""
+    if isinstance(x, float):
+        return (type(x), x.hex())
+    if isinstance(x, complex):
+        return (type(x), x.real.hex(), x.imag.hex())
+    return (type(x), np.asarray(x).tobytes())  # NumPy inexact scalars
+
+
 def _freeze_leaf(x: Any) -> Any:
     if isinstance(x, (np.ndarray, jax.Array)):
         if _leaves.is_tracer(x):
             return _ByIdentity(x)
         return _array_key(x)
+    if isinstance(x, (float, complex, np.inexact)):
+        return _number_key(x)
     try:
         hash(x)
     except TypeError:
@@ -63,6 +75,8 @@ def freeze(value: Any) -> Any:
         return _freeze_leaf(value)
     # Plain containers keep their order (dicts included: optax.monitor builds
     # its state in the order of its dict), which JAX's flattening would sort.
+    if isinstance(value, (float, complex, np.inexact)):
+        return _number_key(value)
     if type(value) in (dict, list, tuple):
         items = value.items() if isinstance(value, dict) else enumerate(value)
         return (type(value), tuple((k, freeze(v)) for k, v in items))

@@ -17,7 +17,7 @@ from typing import Any, ParamSpec, Protocol, overload
 
 import jax
 
-from . import _bind, _detect, _guard, _leaves, _spec, _tree
+from . import _bind, _build, _detect, _guard, _leaves, _spec, _tree, _verify
 from ._bind import FactoryInfo
 from ._classify import CHILD, DYNAMIC, Classified, Options, classify, make_options
 from ._detect import Analysis
@@ -61,22 +61,32 @@ def _statics_of_children(children: Any) -> list[Any]:
     return out
 
 
-def _analyse(info: FactoryInfo, classified: Classified) -> Analysis:
-    """Calls the factory once (its kind, its own checks, its warnings) and probes the candidates."""
+def _base(classified: Classified) -> dict[str, Any]:
+    """The factory's arguments as it takes them: values as given, wrapped children built."""
     from ._build import build_child
 
-    roles, values = classified.roles, classified.values
-    base: dict[str, Any] = {}
-    for name, role in roles.items():
-        value = values[name]
+    base = dict(classified.values)
+    for name in classified.candidates:
+        base[name] = _leaves.as_python(base[name])
+    for name, role in classified.roles.items():
         if role == CHILD:
             t = classified.templates.get(name)
-            value = t.merge(value, build_child) if t is not None else build_child(value)
-        base[name] = value
+            base[name] = t.merge(base[name], build_child) if t is not None else build_child(base[name])
+    return base
+
+
+def _traced(classified: Classified) -> list[str]:
+    values = classified.values
+    return [n for n in (*classified.candidates, *classified.forced) if _leaves.is_tracer(values[n])]
+
+
+def _call_factory(info: FactoryInfo, classified: Classified, base: dict[str, Any]) -> str:
+    """Calls the factory with the values given, as optax would be called: its checks, its
+    exceptions and its warnings happen here, on every wrap. Returns the kind of its result."""
     try:
-        result, warned = _bind.call_recording(info, base)
+        result = info.call(base)
     except Exception as e:
-        traced = [n for n in classified.candidates if _leaves.is_tracer(values[n])]
+        traced = _traced(classified)
         if traced and isinstance(e, (jax.errors.ConcretizationTypeError, TypeError)):
             raise TypeError(
                 f"{info.name}: wrap got traced values for {traced} (it was called inside jit, vmap "
@@ -84,6 +94,7 @@ def _analyse(info: FactoryInfo, classified: Classified) -> Analysis:
                 "and pass the wrapped object in, or replace() the value of an object wrapped "
                 f"outside: {type(e).__name__}: {e}"
             ) from e
+        values, roles = classified.values, classified.roles
         shown = ", ".join(f"{n}={values[n]!r}" for n, r in roles.items() if r != CHILD)
         note = f"(raised by {info.name} when optax_pytree.wrap called it with {shown})"
         if hasattr(e, "add_note"):
@@ -97,23 +108,135 @@ def _analyse(info: FactoryInfo, classified: Classified) -> Analysis:
             f"optax_pytree.wrap: {info.name} returned {type(result).__name__}, which is neither an "
             "optax transformation (init/update) nor a schedule (a callable of the step count)"
         )
+    return kind
+
+
+def _analyse(info: FactoryInfo, classified: Classified, base: dict[str, Any], kind: str) -> Analysis:
+    """Probes the candidates, then verifies the result (see ``_verify``)."""
+    values, roles = classified.values, classified.roles
     candidates = {n: values[n] for n in classified.candidates}
     if not candidates:
-        return Analysis(kind, warned=warned)
+        return Analysis(kind)
     leaves = _leaves.to_leaves(candidates)
     probe_base = {n: v for n, v in base.items() if n not in candidates}
     probe_base.update(_leaves.to_leaves({n: values[n] for n in classified.forced}))
     own = [v for n, v in values.items() if roles[n] != CHILD]
     children = [values[n] for n, r in roles.items() if r == CHILD]
     shapes = _detect.stand_in_params([*own, *_statics_of_children(children)])
-    return _detect.analyse(info, kind, probe_base, candidates, leaves, shapes, warned)
+
+    def analyse(static: tuple[str, ...]) -> Analysis:
+        return _detect.analyse(info, kind, probe_base, candidates, leaves, shapes, static)
+
+    fixed = _spec.verified_static(classified.analysis_key)
+    analysis = analyse(fixed)
+    if _traced(classified):
+        return analysis  # no Python values to compare with: checked where it is used
+    while True:
+        found = _difference(info, classified, base, analysis)
+        if found is None:
+            return analysis
+        order = [n for n in candidates if n not in analysis.static]
+        # Bisection: the shortest prefix of ``order`` that, made static, removes the difference.
+        lo, hi = 0, len(order)
+        last = analyse((*fixed, *order)) if order else analysis
+        if not order or _difference(info, classified, base, last) is not None:
+            forced = list(classified.forced)
+            if forced and found.startswith(_FAILS):
+                # Forced dynamic, and the build fails with it traced: the error
+                # at trace time names it (no detection was asked for).
+                return last
+            raise TypeError(
+                f"{info.name}: the wrapped build computes other numbers than the factory with the "
+                f"same values ({found}), "
+                + (
+                    f"because of {_which(forced)} forced dynamic; let it be static"
+                    if forced
+                    else "even with every numeric argument static: it is not a pure function of "
+                    "its arguments (wrapped factories must be, as for optax.inject_hyperparams)"
+                )
+            )
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            trial = analyse((*fixed, *order[:mid]))
+            if _difference(info, classified, base, trial) is None:
+                hi, last = mid, trial
+            else:
+                lo = mid
+        fixed = (*fixed, order[hi - 1])
+        _spec.remember_verified_static(classified.analysis_key, fixed)
+        analysis = analyse(fixed) if hi > 1 else last
 
 
-def _find_analysis(info: FactoryInfo, classified: Classified, previous: _spec.Spec | None) -> Analysis:
+_FAILS = "it fails: "
+
+
+def _which(names: list[str]) -> str:
+    return f"argument {names[0]!r}" if len(names) == 1 else f"arguments {names}"
+
+
+def _difference(
+    info: FactoryInfo, classified: Classified, base: dict[str, Any], analysis: Analysis
+) -> str | None:
+    """How the wrapped build (leaves traced) differs from the factory with the Python values, or None.
+
+    At float32 round-off: the wrapped build agrees with the factory called
+    with the values given, or with the values its leaves hold (as the kind of
+    value given: a Python float stays one) where those two agree with each
+    other up to the round-off's amplification (``1 - b2`` of a rounded
+    ``b2 = 0.9999`` is 6e-4 off) — the same branch, not another one.
+    """
+    if analysis.level == "build":
+        return None  # nothing to run (the probe could not run init or a schedule)
+    spec = _spec.new_spec(info, classified, analysis)
+    leaves = _leaf_values(spec, classified)
+    params = _verify.concrete_params(analysis.params)
+    counts = _verify.counts_for({n: classified.values[n] for n in classified.candidates})
+
+    def run(built: Any) -> Any:
+        return _verify.outputs(built, spec.kind, analysis.level, params, counts)
+
+    try:
+        reference = run(_verify.call_reference(info, base))
+    except Exception:  # noqa: BLE001 - the factory itself fails on concrete stand-ins: nothing to compare
+        return None
+    try:
+        got = _verify.traced_outputs(lambda lv: _build.build(spec, lv), leaves, run)
+    except Exception as e:  # noqa: BLE001 - any failure of the wrapped build is a difference
+        return f"{_FAILS}{type(e).__name__}: {_build.first_line(str(e))}"
+    found = _verify.difference(reference, got)
+    if found is None:
+        return None
+    rounded = dict(base)
+    for n in (*classified.candidates, *classified.forced):
+        if spec.roles[n] == DYNAMIC:
+            rounded[n] = _verify.as_given(classified.values[n], leaves[spec.leaf_index[n]])
+    try:
+        at_leaf_values = run(_verify.call_reference(info, rounded))
+    except Exception:  # noqa: BLE001 - the rounded values fail: another branch
+        return found
+    if _verify.difference(at_leaf_values, got) is None and _verify.close(reference, at_leaf_values):
+        return None
+    return found
+
+
+def _leaf_values(spec: _spec.Spec, classified: Classified) -> tuple[Any, ...]:
+    values = classified.values
+    dynamic = [n for n, r in spec.roles.items() if r == DYNAMIC]
+    converted = _leaves.to_leaves({n: values[n] for n in dynamic}) if dynamic else {}
+    return tuple(converted[n] if n in converted else values[n] for n in spec.leaf_names)
+
+
+def _find_analysis(
+    info: FactoryInfo,
+    classified: Classified,
+    previous: _spec.Spec | None,
+    base: dict[str, Any],
+    kind: str | None,
+) -> Analysis:
     """The cached analysis these values match, or a new one."""
     values = classified.values
     pyvals = {n: _leaves.python_value(values[n]) for n in classified.candidates}
-    for analysis in _spec.analyses(classified.key):
+    for analysis in _spec.analyses(classified.analysis_key):
         if analysis.matches(values, pyvals):
             return analysis
     if previous is not None and previous.config_key == classified.key:
@@ -121,8 +244,10 @@ def _find_analysis(info: FactoryInfo, classified: Classified, previous: _spec.Sp
         # branches of the object they replace, checked where it is used.
         if previous.analysis.matches(values, pyvals) is not False:
             return previous.analysis
-    analysis = _analyse(info, classified)
-    _spec.remember(classified.key, analysis)
+    if kind is None:
+        kind = _call_factory(info, classified, base)
+    analysis = _analyse(info, classified, base, kind)
+    _spec.remember(classified.analysis_key, analysis)
     return analysis
 
 
@@ -159,16 +284,14 @@ def make(
 ) -> Any:
     """Classifies, analyses (or finds the cached analysis) and makes the wrapped object."""
     classified = classify(info, arguments, options)
-    analysis = _find_analysis(info, classified, previous)
-    # What the factory warned when called, once per call, as optax warned it.
-    _bind.reemit(analysis.warned)
+    base = _base(classified)
+    # Traced values (wrap or replace inside jit) are no Python values to
+    # check: the factory is called with them only if a new analysis needs it.
+    kind = None if _traced(classified) else _call_factory(info, classified, base)
+    analysis = _find_analysis(info, classified, previous, base, kind)
     _check_leaves(info, classified, analysis)
     spec = _spec.spec_for(info, classified, analysis)
-    values = classified.values
-    dynamic = [n for n, r in spec.roles.items() if r == DYNAMIC]
-    converted = _leaves.to_leaves({n: values[n] for n in dynamic}) if dynamic else {}
-    leaves = tuple(converted[n] if n in converted else values[n] for n in spec.leaf_names)
-    return _tree.new(spec, leaves)
+    return _tree.new(spec, _leaf_values(spec, classified))
 
 
 # Typed so that an editor checks and completes the factory's own arguments
