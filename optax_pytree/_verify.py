@@ -88,8 +88,13 @@ def traced_outputs(build: Callable[[Any], Any], leaves: Any, run: Callable[[Any]
         return run(build(jax.tree_util.tree_unflatten(treedef, list(xs))))
 
     closed, shapes = jax.make_jaxpr(fn, return_shape=True)(*flat)
-    out = jax.core.eval_jaxpr(closed.jaxpr, closed.consts, *flat)
-    return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shapes), out)
+    return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shapes), evaluate(closed, *flat))
+
+
+def reference_outputs(built: Any, run: Callable[[Any], Any]) -> Any:
+    """``run(built)`` for the factory's own result, traced and evaluated like the wrapped one."""
+    closed, shapes = jax.make_jaxpr(lambda: run(built), return_shape=True)()
+    return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shapes), evaluate(closed))
 
 
 def close(a: Any, b: Any) -> bool:
@@ -150,3 +155,200 @@ def as_given(original: Any, leaf: Any) -> Any:
 def call_reference(info: _bind.FactoryInfo, values: dict[str, Any]) -> Any:
     """The factory called with Python values, quietly (its warnings were the user's once already)."""
     return _bind.call_quietly(info, values)
+
+
+# --------------------------------------------------------------------------
+# Evaluating a jaxpr with NumPy.
+#
+# Both sides of the comparison are traced to jaxprs and evaluated here, on
+# the host, one NumPy call per equation. Evaluated eagerly by JAX instead,
+# every primitive at every shape would be compiled by XLA once per process
+# (about a hundred small programs at the first wrap of adam): a cost at every
+# start, and entries in a persistent compilation cache. Primitives without a
+# rule here (PRNG, scatter, ...) are bound eagerly, as a fallback. The same
+# evaluator runs both sides, so its arithmetic cannot make them differ.
+
+
+def _binary(fn: Callable[[Any, Any], Any]) -> Callable[..., Any]:
+    return lambda x, y, **_: fn(x, y)
+
+
+def _unary(fn: Callable[[Any], Any]) -> Callable[..., Any]:
+    return lambda x, **_: fn(x)
+
+
+def _int_div(x: Any, y: Any) -> Any:
+    if np.issubdtype(np.result_type(x), np.integer):
+        q = np.abs(x) // np.where(y == 0, 1, np.abs(y))  # XLA rounds toward zero
+        return (np.sign(x) * np.sign(y) * q).astype(np.result_type(x))
+    return np.divide(x, y)
+
+
+def _broadcast_in_dim(x: Any, shape: Any, broadcast_dimensions: Any, **_: Any) -> Any:
+    kept = [1] * len(shape)
+    for i, d in enumerate(broadcast_dimensions):
+        kept[d] = np.shape(x)[i]
+    return np.broadcast_to(np.reshape(x, kept), shape).copy()
+
+
+def _dot_general(x: Any, y: Any, dimension_numbers: Any, preferred_element_type: Any = None, **_: Any) -> Any:
+    (lc, rc), (lb, rb) = dimension_numbers
+    letters = iter("abcdefghijklmnopqrstuvwxyz")
+    left = [next(letters) for _ in range(np.ndim(x))]
+    right = [next(letters) for _ in range(np.ndim(y))]
+    for i, j in zip((*lc, *lb), (*rc, *rb)):
+        right[j] = left[i]
+    batch = [left[i] for i in lb]
+    free_left = [c for i, c in enumerate(left) if i not in lc and i not in lb]
+    free_right = [c for j, c in enumerate(right) if j not in rc and j not in rb]
+    out = np.einsum(f"{''.join(left)},{''.join(right)}->{''.join(batch + free_left + free_right)}", x, y)
+    return out.astype(preferred_element_type or np.result_type(x, y))
+
+
+def _select_n(which: Any, *cases: Any) -> Any:
+    if np.result_type(which) == np.bool_:
+        return np.where(which, cases[1], cases[0])
+    return np.choose(np.asarray(which, np.int32), cases)
+
+
+def _reduce(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return lambda x, axes, **_: np.asarray(fn(x, axis=tuple(axes)), np.result_type(x))
+
+
+def _slice(x: Any, start_indices: Any, limit_indices: Any, strides: Any = None, **_: Any) -> Any:
+    steps = strides or (1,) * len(start_indices)
+    return x[tuple(slice(a, b, c) for a, b, c in zip(start_indices, limit_indices, steps))]
+
+
+_RULES: dict[str, Callable[..., Any]] = {
+    "add": _binary(np.add),
+    "sub": _binary(np.subtract),
+    "mul": _binary(np.multiply),
+    "div": _binary(_int_div),
+    "rem": _binary(np.fmod),
+    "pow": _binary(np.power),
+    "max": _binary(np.maximum),
+    "min": _binary(np.minimum),
+    "atan2": _binary(np.arctan2),
+    "nextafter": _binary(np.nextafter),
+    "eq": _binary(np.equal),
+    "ne": _binary(np.not_equal),
+    "lt": _binary(np.less),
+    "le": _binary(np.less_equal),
+    "gt": _binary(np.greater),
+    "ge": _binary(np.greater_equal),
+    "and": _binary(np.bitwise_and),
+    "or": _binary(np.bitwise_or),
+    "xor": _binary(np.bitwise_xor),
+    "not": _unary(np.invert),
+    "neg": _unary(np.negative),
+    "sign": _unary(np.sign),
+    "abs": _unary(np.abs),
+    "floor": _unary(np.floor),
+    "ceil": _unary(np.ceil),
+    "sqrt": _unary(np.sqrt),
+    "rsqrt": _unary(lambda x: np.asarray(1, np.result_type(x)) / np.sqrt(x)),
+    "square": _unary(np.square),
+    "exp": _unary(np.exp),
+    "exp2": _unary(np.exp2),
+    "log": _unary(np.log),
+    "log1p": _unary(np.log1p),
+    "expm1": _unary(np.expm1),
+    "tanh": _unary(np.tanh),
+    "sin": _unary(np.sin),
+    "cos": _unary(np.cos),
+    "is_finite": _unary(np.isfinite),
+    "logistic": _unary(lambda x: np.asarray(1, np.result_type(x)) / (1 + np.exp(-x))),
+    "copy": _unary(np.copy),
+    "copy_p": _unary(np.copy),
+    "stop_gradient": _unary(lambda x: x),
+    "integer_pow": lambda x, y, **_: (
+        np.power(x, np.asarray(y, np.result_type(x))) if y >= 0 else 1 / x ** (-y)
+    ),
+    "convert_element_type": lambda x, new_dtype, **_: np.asarray(x).astype(new_dtype),
+    "broadcast_in_dim": _broadcast_in_dim,
+    "reshape": lambda x, new_sizes, **_: np.reshape(x, new_sizes),
+    "squeeze": lambda x, dimensions, **_: np.squeeze(x, tuple(dimensions)),
+    "expand_dims": lambda x, dimensions, **_: np.expand_dims(x, tuple(dimensions)),
+    "transpose": lambda x, permutation, **_: np.transpose(x, permutation),
+    "reduce_sum": _reduce(np.sum),
+    "reduce_max": _reduce(np.max),
+    "reduce_min": _reduce(np.min),
+    "reduce_prod": _reduce(np.prod),
+    "reduce_and": _reduce(np.all),
+    "reduce_or": _reduce(np.any),
+    "dot_general": _dot_general,
+    "select_n": lambda which, *cases, **_: _select_n(which, *cases),
+    "clamp": lambda lo, x, hi, **_: np.clip(x, lo, hi),
+    "slice": _slice,
+    "concatenate": lambda *xs, dimension, **_: np.concatenate(xs, axis=dimension),
+}
+
+
+def evaluate(closed: Any, *args: Any) -> list[Any]:
+    """The outputs of a closed jaxpr for ``args``, computed with NumPy (see above)."""
+    with np.errstate(all="ignore"):
+        return _evaluate(closed.jaxpr, list(closed.consts), list(args))
+
+
+def _value(x: Any) -> Any:
+    if isinstance(x, jax.Array) and not jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
+        return np.asarray(x)
+    return x
+
+
+def _evaluate(jaxpr: Any, consts: list[Any], args: list[Any]) -> list[Any]:
+    env: dict[Any, Any] = {}
+
+    def read(v: Any) -> Any:
+        if type(v).__name__ == "Literal":
+            return np.asarray(v.val, v.aval.dtype) if hasattr(v.aval, "dtype") else v.val
+        return env[v]
+
+    for v, x in zip(jaxpr.constvars, consts):
+        env[v] = _value(x)
+    for v, x in zip(jaxpr.invars, args):
+        env[v] = _value(x)
+    for eqn in jaxpr.eqns:
+        inputs = [read(v) for v in eqn.invars]
+        outputs = _apply(eqn, inputs)
+        for v, x in zip(eqn.outvars, outputs):
+            env[v] = x
+    return [read(v) for v in jaxpr.outvars]
+
+
+def _apply(eqn: Any, inputs: list[Any]) -> list[Any]:
+    name, params = eqn.primitive.name, eqn.params
+    rule = _RULES.get(name)
+    if rule is not None and not any(_is_key(x) for x in inputs):
+        out = rule(*inputs, **params)
+        dtype = eqn.outvars[0].aval.dtype
+        return [np.asarray(out).astype(dtype, copy=False)]
+    sub = params.get("jaxpr") if name in ("jit", "pjit", "closed_call", "core_call") else None
+    if sub is None and name.startswith("custom_"):
+        sub = params.get("call_jaxpr") or params.get("fun_jaxpr")
+    if sub is not None and hasattr(sub, "jaxpr"):
+        return _evaluate(sub.jaxpr, list(sub.consts), inputs)
+    if name == "cond":
+        index, operands = inputs[0], inputs[1:]
+        branch = params["branches"][int(np.clip(np.asarray(index), 0, len(params["branches"]) - 1))]
+        return _evaluate(branch.jaxpr, list(branch.consts), operands)
+    if name == "while":
+        return _while(params, inputs)
+    # Anything else: JAX's own implementation, eagerly.
+    args = [jnp.asarray(x) if isinstance(x, (np.ndarray, np.generic)) else x for x in inputs]
+    out = eqn.primitive.bind(*args, **params)
+    return [_value(x) for x in (out if eqn.primitive.multiple_results else [out])]
+
+
+def _is_key(x: Any) -> bool:
+    return isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
+def _while(params: Any, inputs: list[Any]) -> list[Any]:
+    nc, nb = params["cond_nconsts"], params["body_nconsts"]
+    cond, body = params["cond_jaxpr"], params["body_jaxpr"]
+    cond_consts, body_consts, carry = inputs[:nc], inputs[nc : nc + nb], inputs[nc + nb :]
+    while bool(_evaluate(cond.jaxpr, list(cond.consts), [*cond_consts, *carry])[0]):
+        carry = _evaluate(body.jaxpr, list(body.consts), [*body_consts, *carry])
+    return carry

@@ -196,7 +196,7 @@ def _difference(
         return _verify.outputs(built, spec.kind, analysis.level, params, counts)
 
     try:
-        reference = run(_verify.call_reference(info, base))
+        reference = _verify.reference_outputs(_verify.call_reference(info, base), run)
     except Exception:  # noqa: BLE001 - the factory itself fails on concrete stand-ins: nothing to compare
         return None
     try:
@@ -211,7 +211,7 @@ def _difference(
         if spec.roles[n] == DYNAMIC:
             rounded[n] = _verify.as_given(classified.values[n], leaves[spec.leaf_index[n]])
     try:
-        at_leaf_values = run(_verify.call_reference(info, rounded))
+        at_leaf_values = _verify.reference_outputs(_verify.call_reference(info, rounded), run)
     except Exception:  # noqa: BLE001 - the rounded values fail: another branch
         return found
     if _verify.difference(at_leaf_values, got) is None and _verify.close(reference, at_leaf_values):
