@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from . import _leaves
+from . import _bind, _leaves
 from ._wrap import (
     Names,
     P,
@@ -142,9 +142,10 @@ class PyTreeTransformationWithState:
 
     def __init__(self, transformation: PyTreeTransformation, state: Any = None):
         if not isinstance(transformation, PyTreeTransformation):
+            how = f"; {_bind.HOW_TO_WRAP}" if _bind.is_plain_transformation(transformation) else ""
             raise TypeError(
                 "PyTreeTransformationWithState: expected a wrapped transformation "
-                f"(optax_pytree.wrap(...)), got {transformation!r}"
+                f"(optax_pytree.wrap(...)), got {transformation!r}{how}"
             )
         # A state given here (from raw optax, say): the params it fits are unknown.
         aux = _UNINITIALIZED if state is None else _Aux(True, None)
@@ -483,10 +484,10 @@ def wrap_transformation_as_pytree_with_state(
                 f"got further arguments {list(kwargs) or list(args)!r} (use tx.replace(...) first)"
             )
         tx = factory
-    elif isinstance(factory, optax.GradientTransformation):
+    elif _bind.is_plain_transformation(factory):
         raise TypeError(
             "wrap_transformation_as_pytree_with_state: got a plain optax transformation, whose "
-            "hyperparameters are hidden in closures; pass the factory and its arguments instead, "
+            "hyperparameters are hidden in its closures; pass the factory and its arguments instead, "
             "e.g. wrap_transformation_as_pytree_with_state(optax.adam, learning_rate=1e-3)"
         )
     else:

@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _guard, _static, _wrap
+from . import _bind, _guard, _static, _wrap
 
 # --------------------------------------------------------------------------
 # Paths: "args[1].learning_rate", as ``jax.tree_util.keystr`` writes them.
@@ -83,9 +83,10 @@ def _set(obj: Any, tokens: Sequence[tuple[str, Any]], value: Any, path: str) -> 
     if _wrap.is_wrapped(obj):
         hyperparams = obj.hyperparams
         if kind != "name" or key not in hyperparams:
-            raise ValueError(
+            hint = _bind.did_you_mean(key, hyperparams) if kind == "name" else ""
+            raise _bind.UnknownArgumentError(
                 f"optax_pytree.grid: path {path!r}: {_wrap.name_of(obj)} has no argument {key!r}; "
-                f"its arguments are {list(hyperparams)}"
+                f"its arguments are {list(hyperparams)}{hint}"
             )
         if key in obj.static_argnames:
             why = " (found by automatic detection)" if key in obj.detected_static_argnames else ""
@@ -187,13 +188,63 @@ def _check_same_static(first: Any, other: Any, what: str, reference: str = "the 
     if jax.tree_util.tree_structure(first) == jax.tree_util.tree_structure(other):
         return
     found = _difference(first, other) or (
-        f"{jax.tree_util.tree_structure(first)} vs {jax.tree_util.tree_structure(other)}"
+        f"{_clip(jax.tree_util.tree_structure(first))} vs {_clip(jax.tree_util.tree_structure(other))}"
     )
     raise ValueError(
         f"{what} does not share the static configuration of {reference}: {found}. Only dynamic "
         "(numeric) hyperparameters can vary across a batch; a static difference is a different "
         "compiled program"
     )
+
+
+def _clip(x: Any, limit: int = 160) -> str:
+    text = str(x)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _not_array(tree: Any) -> tuple[str, Any] | None:
+    """The key path and value of the first leaf of ``tree`` that is no array or number, else None."""
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        if not isinstance(leaf, (jax.Array, np.ndarray, np.generic, int, float, complex)):
+            return jax.tree_util.keystr(path), leaf
+    return None
+
+
+def _boxed(tx: Any) -> tuple[str, Any] | None:
+    """The first dynamic argument of ``tx`` whose value holds an array (an nnx Variable), else None."""
+
+    def is_box(x: Any) -> bool:
+        return not (
+            x is None
+            or _wrap.is_wrapped(x)
+            or isinstance(x, (jax.Array, np.ndarray, np.generic, list, tuple, dict))
+        )
+
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tx, is_leaf=is_box)[0]:
+        if is_box(leaf):
+            return jax.tree_util.keystr(path).lstrip("."), leaf
+    return None
+
+
+def _check_wrapped(tx: Any, what: str) -> None:
+    """A clear error for what ``grid`` cannot sweep: a plain optax transformation, variables."""
+    if _bind.is_plain_transformation(tx):
+        raise TypeError(
+            f"{what}: got a plain optax transformation, whose hyperparameters are hidden in its "
+            f"closures, so there is nothing to sweep; {_bind.HOW_TO_WRAP}"
+        )
+    if not _wrap.is_wrapped(tx):
+        raise TypeError(
+            f"{what}: expects a wrapped transformation or schedule (optax_pytree.wrap(...)), got {_short(tx)}"
+        )
+    boxed = _boxed(tx)
+    if boxed is not None:
+        path, box = boxed
+        raise TypeError(
+            f"{what}: argument {path!r} of tx holds a {type(box).__name__}, not its value: tx is the "
+            "optimizer.tx of an optax_pytree.nnx.Optimizer, whose hyperparameters are nnx variables; "
+            "pass optimizer.transformation, the wrapped transformation with their current values"
+        )
 
 
 def _stack_leaves(paths: Sequence[str], columns: Sequence[Sequence[Any]], what: str) -> list[Any]:
@@ -237,6 +288,9 @@ def stack(members: Iterable[Any]) -> Any:
         ValueError: no members, members whose static configurations differ
             (the message names the argument and both values), or leaves of
             different shapes.
+        TypeError: a plain optax transformation among the members (wrap
+            its factory instead: ``opx.wrap(optax.adam, learning_rate=1e-3)``),
+            or a leaf that is no array.
 
     Examples:
         >>> import optax, optax_pytree as opx
@@ -251,8 +305,25 @@ def stack(members: Iterable[Any]) -> Any:
     members = list(members)
     if not members:
         raise ValueError("stack: no members to stack")
+    for i, member in enumerate(members):
+        if _bind.is_plain_transformation(member):
+            raise TypeError(
+                f"stack: member {i} is a plain optax transformation, whose hyperparameters are hidden in "
+                f"its closures, so there is nothing to stack; {_bind.HOW_TO_WRAP}. "
+                "opx.grid(opx.wrap(optax.adam, learning_rate=1e-3), learning_rate=[...]) builds the "
+                "batch in one call"
+            )
     for i, member in enumerate(members[1:], 1):
         _check_same_static(members[0], member, f"stack: member {i}")
+    for i, member in enumerate(members):
+        found = _not_array(member)
+        if found is not None:
+            path, leaf = found
+            raise TypeError(
+                f"stack: leaf {path.lstrip('.') or '(root)'!r} of member {i} is {_short(leaf)}, not an array "
+                "or a number; stack takes pytrees of arrays (wrapped transformations and schedules, "
+                "parameters, states)"
+            )
     flat, treedef = jax.tree_util.tree_flatten_with_path(members[0])
     paths = [jax.tree_util.keystr(p) for p, _ in flat]
     columns = list(zip(*(jax.tree_util.tree_leaves(m) for m in members))) if flat else []
@@ -375,10 +446,16 @@ def grid(
         path -> value, in member order.
 
     Raises:
-        ValueError: an unknown path, a static argument (a Python loop, one
-            compilation per value, is the way to sweep it), an axis without
-            values, overlapping axes, or a value that changes the static
+        UnknownArgumentError: a path naming no argument (a ``TypeError``
+            and a ``ValueError``, as from ``wrap`` and ``replace``).
+        ValueError: a static argument (a Python loop, one compilation per
+            value, is the way to sweep it), an axis without values,
+            overlapping axes, or a value that changes the static
             configuration (the message names the argument and both values).
+        TypeError: ``tx`` is not wrapped (a plain optax transformation: wrap
+            its factory, ``opx.wrap(optax.adam, learning_rate=1e-3)``), or
+            holds nnx variables (``optimizer.tx`` of an
+            :class:`optax_pytree.nnx.Optimizer`: pass ``optimizer.transformation``).
 
     Examples:
         >>> import jax, jax.numpy as jnp, optax, optax_pytree as opx
@@ -403,8 +480,7 @@ def grid(
         >>> batch.args[1].learning_rate
         Array([0.1, 0.2], dtype=float32, weak_type=True)
     """
-    if not _wrap.is_wrapped(tx):
-        raise TypeError(f"optax_pytree.grid: expects a wrapped transformation or schedule, got {tx!r}")
+    _check_wrapped(tx, "optax_pytree.grid")
     given = dict(axes or {})
     for name in values:
         if name in given:

@@ -142,9 +142,17 @@ class _Wrapped(Wrapped):
     # children, in flattening order), so ``optax.tree_utils.tree_get(tx,
     # "learning_rate")`` finds the hyperparameter, in children too, and
     # ``tree_set`` goes through replace (validated).
+    #
+    # flax's serialization takes the same fields for a NamedTuple's and
+    # rebuilds one with ``type(obj)(**fields)``, which cannot carry the static
+    # configuration: the first time ``_fields`` is read with flax loaded, a
+    # handler for wrapped objects is registered with flax (see the end of this
+    # module), so ``to_bytes``/``from_bytes`` and checkpoints round-trip them.
 
     @property
     def _fields(self) -> tuple[str, ...]:
+        if not _flax_registered:
+            register_flax_serialization(only_if_loaded=True)
         return self._core.spec.leaf_names
 
     def _replace(self: _W, **changes: Any) -> _W:
@@ -178,9 +186,9 @@ class _Wrapped(Wrapped):
         spec = self._core.spec
         for name in changes:
             if name not in spec.roles:
-                raise ValueError(
+                raise _bind.UnknownArgumentError(
                     f"{spec.info.name}: replace() got unknown argument {name!r}; "
-                    f"its arguments are {list(spec.names)}"
+                    f"its arguments are {list(spec.names)}{_bind.did_you_mean(name, spec.names)}"
                 )
         new = _wrap.make(spec.info, {**self.hyperparams, **changes}, spec.options, previous=spec)
         return _keep_placement(self, new)
@@ -455,3 +463,105 @@ def _rebuild(
 
 
 __all__ = ["PyTreeSchedule", "PyTreeTransformation", "is_wrapped", "name_of"]
+
+
+# --------------------------------------------------------------------------
+# flax's serialization (flax.serialization, flax.training.checkpoints).
+#
+# flax serializes any tuple with ``_fields`` as a NamedTuple, field by field,
+# and restores it with ``type(target)(**fields)``: that cannot rebuild a
+# wrapped transformation, whose static configuration is in the target, not in
+# its class. flax's registry holds one handler for all NamedTuples, so it is
+# replaced by one that restores wrapped objects into the target's static
+# configuration and hands every other NamedTuple to flax's own handler.
+# Registered when first needed (``_fields`` read with flax loaded, or
+# ``optax_pytree.linen``/``nnx`` imported): importing optax_pytree does not
+# import flax.
+
+_flax_registered = False
+
+
+def register_flax_serialization(only_if_loaded: bool = False) -> None:
+    """Teaches ``flax.serialization`` wrapped transformations and schedules (once)."""
+    global _flax_registered
+    if _flax_registered:
+        return
+    import sys
+
+    if only_if_loaded and "flax.serialization" not in sys.modules:
+        return
+    _flax_registered = True
+    from flax import serialization
+
+    for cls in _CLASSES.values():  # looked up by type (schedules; transformations in other flax versions)
+        serialization.register_serialization_state(cls, _flax_state_dict, _flax_restore, override=True)
+    named_tuple = getattr(serialization, "_NamedTuple", None)
+    registry = getattr(serialization, "_STATE_DICT_REGISTRY", None)
+    if named_tuple is None or registry is None or named_tuple not in registry:  # pragma: no cover
+        return  # a flax that no longer looks NamedTuples up under one key: the types above suffice
+    to_state_dict, from_state_dict = registry[named_tuple]
+
+    def named_tuple_state_dict(x: Any) -> Any:
+        return _flax_state_dict(x) if isinstance(x, _Wrapped) else to_state_dict(x)
+
+    def restore_named_tuple(x: Any, state_dict: Any) -> Any:
+        return _flax_restore(x, state_dict) if isinstance(x, _Wrapped) else from_state_dict(x, state_dict)
+
+    serialization.register_serialization_state(
+        named_tuple, named_tuple_state_dict, restore_named_tuple, override=True
+    )
+
+
+def _flax_state_dict(w: Any) -> dict[str, Any]:
+    """The dynamic arguments by name (leaves and children), as a NamedTuple's fields."""
+    from flax import serialization
+
+    core = w._core
+    return {n: serialization.to_state_dict(x) for n, x in zip(core.spec.leaf_names, core.leaves)}
+
+
+def _flax_restore(target: Any, state_dict: Any) -> Any:
+    """``target``'s static configuration with the saved dynamic arguments.
+
+    As flax restores everything: the target gives the structure, the state
+    dict the values. Restored arrays take the target's weak types and
+    placement (``jit`` keys its cache on both: no retrace after a restore).
+    Saved values that take another branch of the factory than the target's
+    (a guarded argument) make another static configuration, as ``replace``
+    would; a batch of values (a population) keeps the target's.
+    """
+    from flax import serialization
+
+    core = target._core
+    spec = core.spec
+    if not isinstance(state_dict, dict) or set(state_dict) != set(spec.leaf_names):
+        got = sorted(state_dict) if isinstance(state_dict, dict) else type(state_dict).__name__
+        raise ValueError(
+            f"The dynamic arguments of {spec.info.name} and the state dict do not match: got {got}, "
+            f"expected {sorted(spec.leaf_names)} at path {serialization.current_path()}; restore into "
+            "a target wrapped from the same factory with the same static arguments"
+        )
+    leaves = []
+    for name, old in zip(spec.leaf_names, core.leaves):
+        value = serialization.from_state_dict(old, state_dict[name], name=name)
+        if spec.roles[name] == DYNAMIC:
+            value = _restored_leaf(old, value)
+        leaves.append(value)
+    restored = new(spec, tuple(leaves))
+    if spec.guarded and all(np.ndim(leaves[spec.leaf_index[n]]) == 0 for n in spec.guarded):
+        return restored.replace()  # re-checked: another branch is another configuration
+    return restored
+
+
+def _restored_leaf(old: Any, value: Any) -> Any:
+    if isinstance(value, (np.ndarray, np.generic)):
+        value = jax.numpy.asarray(value)
+    if (
+        isinstance(old, jax.Array)
+        and isinstance(value, jax.Array)
+        and old.weak_type
+        and not value.weak_type
+        and value.dtype == old.dtype
+    ):
+        value = _leaves._to_weak_scalar_array(value)  # pyright: ignore[reportPrivateUsage]
+    return _keep_leaf_placement(old, value)

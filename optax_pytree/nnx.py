@@ -4,9 +4,10 @@
 optimizer is baked into the compiled step (a new learning rate is a new
 compilation), and a wrapped one is refused (``Found data ... assigned to
 static attribute 'tx'``). :class:`Optimizer` is a one-line replacement whose
-``tx`` is nnx *data*: its hyperparameters are leaves of the optimizer's state,
-so ``nnx.jit`` passes them in as arguments and a new value reuses the compiled
-step::
+``tx`` is nnx *data*: its hyperparameters are :class:`Hyperparameter`
+variables of the optimizer's state, so ``nnx.jit`` passes them in as
+arguments, and :meth:`Optimizer.set_hyperparams` changes them in place
+without a recompilation::
 
     from flax import nnx
     import optax, optax_pytree as opx
@@ -14,13 +15,80 @@ step::
 
     optimizer = Optimizer(model, opx.wrap(optax.adamw, 1e-3), wrt=nnx.Param)  # was nnx.Optimizer
 
-    @nnx.jit
-    def train_step(model, optimizer, x, y):
+    def step(model, optimizer, x, y):
         loss, grads = nnx.value_and_grad(loss_fn)(model, x, y)
         optimizer.update(model, grads)
         return loss
 
-    optimizer.tx = optimizer.tx.replace(learning_rate=1e-4)  # no recompilation
+    train_step = nnx.jit(step)
+    train_step(model, optimizer, x, y)
+    optimizer.set_hyperparams(learning_rate=1e-4)  # no recompilation
+
+Assign no new transformation to ``optimizer.tx`` (``optimizer.tx =
+optimizer.tx.replace(...)``): that swaps the variables for plain arrays, and
+the next step compiles again.
+
+**A sweep that compiles once.** ``nnx.jit`` compiles per graph structure of
+its arguments, and a new model object may not have the same one as the last:
+a module holding a ``functools.partial`` (flax's tutorial CNN holds
+``partial(nnx.avg_pool, ...)``) has a new one per object, so a new model and
+optimizer per learning rate is a new compilation per learning rate, whatever
+the optimizer. Keep one model and one optimizer, reset their state between
+values, and change the hyperparameters in place::
+
+    model = Model(nnx.Rngs(0))
+    optimizer = Optimizer(model, opx.wrap(optax.adam, 1e-3), wrt=nnx.Param)
+    initial = nnx.clone(nnx.state((model, optimizer)))  # a copy: nnx.state gives the live variables
+    for lr in (1e-2, 3e-3, 1e-3, 3e-4):
+        nnx.update((model, optimizer), initial)        # fresh parameters and optimizer state
+        optimizer.set_hyperparams(learning_rate=lr)    # a new value, the same program
+        for x, y in batches:
+            train_step(model, optimizer, x, y)         # compiled once for all four
+
+**A population in one program.** :func:`optax_pytree.grid` makes a batch of
+wrapped transformations (from ``optimizer.transformation``, the wrapped
+transformation with its current values, or a fresh ``opx.wrap``);
+``nnx.vmap`` makes one model and optimizer per member and trains them all
+in one compiled step::
+
+    batch, labels = opx.grid(opx.wrap(optax.adam, 1e-3), learning_rate=[1e-2, 3e-3, 1e-3, 3e-4])
+
+    @nnx.vmap(in_axes=0)
+    def create(tx):                                    # one member: its own model and optimizer
+        model = Model(nnx.Rngs(0))
+        return model, Optimizer(model, tx, wrt=nnx.Param)
+
+    models, optimizers = create(batch)
+
+    population_step = nnx.jit(nnx.vmap(step, in_axes=(0, 0, None, None)))
+    losses = population_step(models, optimizers, x, y)  # one loss per member
+
+With the functional API (``nnx.split``/``nnx.merge``), the same population is
+``jax.vmap`` over the members' states; pass the states in as arguments, since
+flax refuses to mutate, inside a transformation, variables made outside it::
+
+    def create_state(tx):
+        model = Model(nnx.Rngs(0))
+        return nnx.state((model, Optimizer(model, tx, wrt=nnx.Param)))
+
+    graphdef = nnx.graphdef((model, optimizer))        # any member's structure
+    states = jax.vmap(create_state)(batch)
+
+    @jax.jit
+    @functools.partial(jax.vmap, in_axes=(0, None, None))
+    def population_step(state, x, y):
+        model, optimizer = nnx.merge(graphdef, state)
+        loss = step(model, optimizer, x, y)
+        return nnx.state((model, optimizer)), loss
+
+**Checkpoints.** ``nnx.state(optimizer)`` holds the hyperparameters
+(``tx.learning_rate``) with the optimizer state, so flax's and orbax's ways
+of saving nnx state save them: ``flax.serialization.to_bytes`` of
+``nnx.to_pure_dict(state)`` and ``nnx.replace_by_pure_dict``, orbax's
+``StandardCheckpointer``, or :func:`optax_pytree.save_checkpoint` and
+:func:`optax_pytree.restore_checkpoint`, which also keep the
+hyperparameters' weak types (with the others, the first step after a restore
+compiles once more; the numbers are the same).
 
 Requires flax (an optional dependency of optax_pytree).
 """
@@ -39,7 +107,10 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 if not hasattr(nnx, "data"):  # pragma: no cover - depends on the environment
     raise ImportError("optax_pytree.nnx needs flax 0.11 or newer (nnx.data); pip install -U flax")
 
+from . import _bind, _tree
 from ._classify import is_wrapped
+
+_tree.register_flax_serialization()
 
 __all__ = ["Hyperparameter", "Optimizer"]
 
@@ -146,14 +217,24 @@ class Optimizer(nnx.Optimizer):  # pyright: ignore[reportMissingTypeArgument]
 
         Raises:
             TypeError: the transformation is a plain optax one.
-            ValueError: an unknown argument (as ``replace``).
+            UnknownArgumentError: a name that is not an argument of the
+                factory (a ``TypeError`` and a ``ValueError``, as from
+                ``wrap``, ``replace`` and ``grid``).
         """
         if not is_wrapped(self.tx):
             raise TypeError(
-                "Optimizer.set_hyperparams: tx is a plain optax transformation; build the "
-                "Optimizer from optax_pytree.wrap(...) to change its hyperparameters"
+                "Optimizer.set_hyperparams: tx is a plain optax transformation, whose hyperparameters "
+                f"are hidden in its closures; build the Optimizer from a wrapped one to change them: "
+                f"{_bind.HOW_TO_WRAP}"
             )
         old = self.transformation
+        names = old.hyperparams
+        for name in changes:
+            if name not in names:
+                raise _bind.UnknownArgumentError(
+                    f"Optimizer.set_hyperparams: {_tree.name_of(old)} has no argument {name!r}; its "
+                    f"arguments are {list(names)}{_bind.did_you_mean(name, names)}"
+                )
         new = old.replace(**changes)
         leaves, treedef = jax.tree_util.tree_flatten(new)
         if treedef == jax.tree_util.tree_structure(old):

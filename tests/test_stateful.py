@@ -122,6 +122,8 @@ def test_replace_validates() -> None:
     opt = with_state(optax.adam, learning_rate=0.05)
     with pytest.raises(ValueError, match=r"optax.adam: replace\(\) got unknown argument 'lr'"):
         opt.replace(lr=0.1)
+    with pytest.raises(TypeError, match=r"did you mean 'learning_rate'\?"):  # the same exception as wrap's
+        opt.replace(lr=0.1)
     # Before init, anything goes: there is no state to keep.
     assert opt.replace(mu_dtype=jnp.bfloat16).mu_dtype is jnp.bfloat16
     opt = opt.init(PARAMS)
@@ -170,7 +172,8 @@ def test_made_from_a_wrapped_transformation() -> None:
     opt = PyTreeTransformationWithState(tx, optax.sgd(0.1, momentum=0.9).init(PARAMS))
     assert opt.initialized
     assert_tree_allclose(opt.update(PARAMS, PARAMS)[0], with_state(tx).init(PARAMS).update(PARAMS, PARAMS)[0])
-    with pytest.raises(TypeError, match="expected a wrapped transformation"):
+    how = r"expected a wrapped transformation.*opx\.wrap\(optax\.adam, learning_rate=1e-3\)"
+    with pytest.raises(TypeError, match=how):
         PyTreeTransformationWithState(optax.sgd(0.1))  # pyright: ignore[reportArgumentType]
 
 

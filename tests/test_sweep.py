@@ -156,7 +156,13 @@ def test_grid_over_nested_children_by_path() -> None:
             ValueError,
             r"'args\[1\]\.learning_rate' is wrap\(optax\.linear_schedule, \.\.\.\) in one and a dynamic",
         ),
-        (lambda: opx.grid(optax.adam(0.1), learning_rate=[0.1]), TypeError, r"expects a wrapped"),
+        (lambda: opx.grid(optax.adam(0.1), learning_rate=[0.1]), TypeError, r"plain optax transformation"),
+        (
+            lambda: opx.grid(0.1, learning_rate=[0.1]),
+            TypeError,
+            r"expects a wrapped transformation or schedule",
+        ),
+        (lambda: opx.stack([{"f": print}]), TypeError, r"leaf \"\['f'\]\" of member 0 is <built-in function"),
         (
             lambda: opx.stack([opx.wrap(optax.sgd, 0.1), opx.wrap(optax.sgd, 0.2, nesterov=True)]),
             ValueError,
@@ -194,6 +200,72 @@ def test_grid_over_nested_children_by_path() -> None:
 def test_bad_input(call: Any, error: type[Exception], pattern: str) -> None:
     with pytest.raises(error, match=pattern):
         call()
+
+
+untyped: Any = opx  # calls that the type checker rightly refuses
+HOW_TO_WRAP = r"opx\.wrap\(optax\.adam, learning_rate=1e-3\)"
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: opx.stack([optax.adam(1e-3), optax.adam(1e-2)]),
+        lambda: opx.grid(optax.adam(1e-3), learning_rate=[1e-3, 1e-2]),
+        lambda: opx.wrap(optax.adam(1e-3)),  # pyright: ignore[reportArgumentType, reportCallIssue]
+    ],
+    ids=["stack", "grid", "wrap"],
+)
+def test_a_plain_transformation_is_an_error_that_says_how_to_wrap(call: Any) -> None:
+    # Not JAX's "stack requires ndarray or scalar arguments": what is wrong, then the fix.
+    with pytest.raises(
+        TypeError, match=r"plain optax transformation.*hidden in its closures.*" + HOW_TO_WRAP
+    ):
+        call()
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: untyped.wrap(optax.adam, lr=1e-3), r"optax\.adam: unknown argument 'lr'"),
+        (
+            lambda: untyped.wrap(optax.chain, opx.wrap(optax.sgd, 0.1), lr=1e-3),
+            r"optax\.chain: unknown argument 'lr'; its arguments are \['\*args'\]",
+        ),
+        (lambda: opx.wrap(optax.adam, 1e-3, static_argnames="lr"), r"static_argnames names 'lr'"),
+        (
+            lambda: opx.wrap(optax.adam, 1e-3).replace(lr=1e-4),
+            r"optax\.adam: replace\(\) got unknown argument 'lr'",
+        ),
+        (
+            lambda: opx.grid(opx.wrap(optax.adam, 1e-3), lr=[1e-4]),
+            r"grid: path 'lr': optax\.adam has no argument 'lr'",
+        ),
+        (
+            lambda: opx.wrap_transformation_as_pytree_with_state(optax.adam, 1e-3).replace(lr=1e-4),
+            r"replace\(\) got unknown argument 'lr'",
+        ),
+    ],
+    ids=["wrap", "wrap-varargs", "static_argnames", "replace", "grid", "with-state-replace"],
+)
+def test_an_unknown_name_is_one_exception_everywhere(call: Any, message: str) -> None:
+    # One class, both a TypeError (as wrap raised) and a ValueError (as replace
+    # and grid raised), so that callers catching either keep working.
+    with pytest.raises(TypeError, match=message) as raised:
+        call()
+    assert type(raised.value).__name__ == "UnknownArgumentError"
+    assert isinstance(raised.value, ValueError)
+    if "'lr'" in str(raised.value) and "learning_rate" in str(raised.value):
+        assert "did you mean 'learning_rate'?" in str(raised.value)
+
+
+def test_a_static_difference_that_cannot_be_named_is_short() -> None:
+    # Two pytrees whose only difference is deep inside a custom node: the
+    # message shows both structures, clipped, not two pages of treedef.
+    a = {"x": jnp.ones(2), "f": jax.tree_util.Partial(print, *range(50))}
+    b = {"x": jnp.ones(2), "f": jax.tree_util.Partial(print, *range(51))}
+    with pytest.raises(ValueError, match=r"does not share the static configuration") as raised:
+        opx.stack([a, b])
+    assert len(str(raised.value)) < 600, str(raised.value)
 
 
 # --------------------------------------------------------------------------
