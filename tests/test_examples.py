@@ -31,6 +31,10 @@ NEEDS = {
         _installed("flax") >= (0, 12, 7),
         "needs flax>=0.12.7 (nnx.as_pure, nnx.data), on Python>=3.11",
     ),
+    "digits_nnx.py": (
+        _installed("flax") >= (0, 12, 7) and _installed("scikit-learn") != (),
+        "needs flax>=0.12.7 (nnx.merge(..., copy=True)), on Python>=3.11, and scikit-learn (the digits)",
+    ),
 }
 
 
