@@ -12,6 +12,7 @@ checkpoint's metadata and compared with the template's before restoring.
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 import re
 from typing import Any
@@ -27,17 +28,29 @@ from ._stateful import PyTreeTransformationWithState
 
 __all__ = ["checkpoint_signature", "restore_checkpoint", "save_checkpoint"]
 
-try:
-    # Imported with optax_pytree, not at the first save or restore: importing
-    # orbax imports ``jax.extend``, which defines new trace-context options
-    # (pallas's); every ``jit`` cache key holds those, so each function traced
-    # before a lazy import here would retrace (and recompile) once after it.
-    import orbax.checkpoint as _ocp
+# orbax-checkpoint (with tensorstore and etils) is imported at the first save
+# or restore, not with optax_pytree: it costs more than importing optax
+# itself. One thing that import does must happen before the user's first
+# trace, though: orbax imports ``jax.experimental.colocated_python``, which
+# imports ``jax.extend``, whose ``pallas`` module imports
+# ``jax._src.pallas.core``; since jax 0.12.0 that module defines two
+# configuration states (``pallas_grid_context``,
+# ``pallas_dynamic_shapes_export``) that are part of JAX's trace context. Every
+# ``jit`` cache key holds the trace context, so each function traced before a
+# lazy import of orbax would retrace, and compile, once after it. Importing
+# that one module here keeps the context the same (about 12 ms, against about
+# 200 ms for orbax); jax 0.11 and older define no such state in orbax's
+# imports, so there it is not imported. Fresh-process tests in
+# tests/test_checkpoint.py check that orbax is not imported with the package
+# and that its later import retraces nothing.
+_JAX_VERSION = tuple(int(x) for x in re.findall(r"\d+", jax.__version__)[:2])
+if _JAX_VERSION >= (0, 12):
+    try:
+        importlib.import_module("jax._src.pallas.core")
+    except Exception:  # noqa: BLE001 - pragma: no cover - moved or broken: only the retrace above is at stake
+        pass
 
-    _ORBAX_ERROR: Exception | None = None
-except Exception as e:  # noqa: BLE001 - pragma: no cover - not installed, or broken: only checkpoints need it
-    _ocp = None
-    _ORBAX_ERROR = e
+_ocp: Any = None  # orbax.checkpoint, once imported by _orbax()
 
 _METADATA_KEY = "optax_pytree"
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
@@ -174,11 +187,17 @@ def _directory(directory: str | os.PathLike[str]) -> Any:
 
 
 def _orbax() -> Any:
-    if _ocp is None:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "optax_pytree checkpoints need orbax-checkpoint (pip install orbax-checkpoint); "
-            f"importing it failed: {_ORBAX_ERROR!r}"
-        ) from _ORBAX_ERROR
+    """``orbax.checkpoint``, imported at the first call (see the top of this module)."""
+    global _ocp
+    if _ocp is None:
+        try:
+            import orbax.checkpoint as ocp
+        except Exception as e:  # not installed, or broken: only checkpoints need it
+            raise ImportError(
+                "optax_pytree checkpoints need orbax-checkpoint (pip install orbax-checkpoint); "
+                f"importing it failed: {e!r}"
+            ) from e
+        _ocp = ocp
     return _ocp
 
 

@@ -128,12 +128,65 @@ print(f"traces {traces[0]}, compiles after the restore {compiles[0] - before}")
 
 
 def test_a_restored_optimizer_reuses_the_compiled_step() -> None:
-    # A fresh process: this one imported orbax above, before any trace. The
-    # first import of orbax after a trace used to retrace every jitted
-    # function once (it defines new trace-context options), and restored
-    # arrays placed by orbax (committed) where the step had uncommitted ones
-    # used to compile it again.
+    # A fresh process: this one imported orbax above, before any trace. Here
+    # orbax is first imported by save_checkpoint, after the step's trace; on
+    # jax >= 0.12 that import adds options to the trace context (see
+    # optax_pytree/_checkpoint.py), which used to retrace every jitted
+    # function once; and restored arrays placed by orbax (committed) where the
+    # step had uncommitted ones used to compile it again.
     assert run_in_fresh_python(_RESUME).strip() == "traces 1, compiles after the restore 0"
+
+
+_IMPORT = """
+import sys
+import jax, jax.numpy as jnp
+import optax_pytree
+
+def loaded():
+    return sorted({m.split(".")[0] for m in sys.modules} & {"orbax", "tensorstore"})
+
+print("after import optax_pytree:", loaded())
+traces = [0]
+@jax.jit
+def f(x):
+    traces[0] += 1
+    return x * 2
+f(jnp.ones(3))
+import orbax.checkpoint
+f(jnp.ones(3))
+print("traces after import orbax:", traces[0])
+"""
+
+
+def test_orbax_is_imported_at_the_first_checkpoint_not_with_the_package() -> None:
+    # Importing orbax (tensorstore, etils) costs more than importing optax;
+    # optax_pytree imports only the part of it that changes JAX's trace
+    # context, so a function traced before orbax's import is not retraced
+    # after it. benchmarks/import_time.py measures the import.
+    assert run_in_fresh_python(_IMPORT).strip().splitlines() == [
+        "after import optax_pytree: []",
+        "traces after import orbax: 1",
+    ]
+
+
+_NO_ORBAX = """
+import sys
+sys.modules["orbax.checkpoint"] = None  # importing it raises ImportError, as if not installed
+import optax, optax_pytree as opx
+opt = opx.wrap_transformation_as_pytree_with_state(optax.adam, 0.05)
+print(opx.checkpoint_signature(opt)[""])  # needs no orbax
+try:
+    opx.save_checkpoint("unused", opt)
+except ImportError as e:
+    print(type(e).__name__, str(e).split(";")[0])
+"""
+
+
+def test_without_orbax_only_saving_and_restoring_fail() -> None:
+    assert run_in_fresh_python(_NO_ORBAX).strip().splitlines() == [
+        "with_state(uninitialized)",
+        "ImportError optax_pytree checkpoints need orbax-checkpoint (pip install orbax-checkpoint)",
+    ]
 
 
 def test_restore_into_an_abstract_template(tmp_path: Any) -> None:
