@@ -32,7 +32,7 @@ def build_child(w: Any) -> Any:
     """A wrapped child as the plain optax object its parent's factory takes."""
     if is_wrapped(w):
         core = w._core
-        return build(core.spec, core.leaves)
+        return build(core.spec, core.leaves, core.exact)
     return w
 
 
@@ -56,26 +56,63 @@ def arguments(spec: Spec, leaves: tuple[Any, ...], build_children: bool) -> dict
     return {name: argument(spec, leaves, name, build_children) for name in spec.roles}
 
 
-def build_raw(spec: Spec, leaves: tuple[Any, ...]) -> Any:
+def build_raw(spec: Spec, leaves: tuple[Any, ...], exact: Any = None) -> Any:
     """What the factory returns, as it returns it (stand-ins detached)."""
-    return _call(spec, leaves)[0]
+    return _call(spec, leaves, exact)[0]
 
 
-def _call(spec: Spec, leaves: tuple[Any, ...]) -> tuple[Any, Any]:
+def _as_array(x: Any) -> Any:
+    if not isinstance(x, (jax.Array, np.ndarray, np.generic)) and hasattr(x, "__jax_array__"):
+        return jnp.asarray(x)  # an nnx Variable holding the leaf
+    return x
+
+
+def fresh(spec: Spec, leaves: tuple[Any, ...], exact: Any) -> Any:
+    """Whether the leaves are those the carried values were computed from (a bool, or traced)."""
+    values = [_as_array(leaves[spec.leaf_index[n]]) for n in spec.carried_names]
+    assert spec.fingerprint_slot is not None
+    dtype, i = spec.fingerprint_slot
+    column = _as_array(exact[dtype])
+    stored = (column if _leaves.is_tracer(column) else np.asarray(column))[..., i]
+    now = _leaves.fingerprint(values, dtype)
+    if _leaves.is_tracer(now) or _leaves.is_tracer(stored):
+        return jnp.all(now == stored)
+    return bool(np.array_equal(np.asarray(now), np.asarray(stored)))
+
+
+def carried(spec: Spec, leaves: tuple[Any, ...], exact: Any) -> dict[Any, tuple[Any, Any]]:
+    """Expression -> (its host value, whether the leaves it was computed from are unchanged)."""
+    if exact is None:
+        return {}
+    ok = fresh(spec, leaves, exact)
+    columns = {dtype: _as_array(exact[dtype]) for dtype, _ in spec.groups}
+    out = {}
+    for expr in spec.carried:
+        dtype, i = spec.slots[expr]
+        # Weakly typed, as the Python number it stands for (bf16 parameters).
+        out[expr] = (_leaves.weak(columns[dtype][..., i]), ok)
+    return out
+
+
+def _call(spec: Spec, leaves: tuple[Any, ...], exact: Any = None) -> tuple[Any, Any]:
     """(what the factory returned, the traced guard check or None)."""
     values = arguments(spec, leaves, build_children=True)
     ok = ctx = None
-    if spec.guarded:
-        env = {n: values[n] for n in spec.guarded}
+    if spec.tracked:
+        env = {n: values[n] for n in spec.tracked}
         host = _guard.host_values(env)
-        ctx = _guard.Context(spec.info.name, record=False, recorded=spec.outcomes)
+        ctx = _guard.Context(
+            spec.info.name, record=False, recorded=spec.outcomes, carried=carried(spec, leaves, exact)
+        )
         if host is not None:  # concrete leaves: check them now, raise if they left their branch
-            _check(spec, host)
-            pyvals = {n: _leaves.python_value(host[n]) for n in spec.guarded}
+            if spec.guards:
+                _check(spec, host)
+            pyvals = {n: _leaves.python_value(host[n]) for n in spec.tracked}
         else:
-            ok = _guard.traced_ok(spec.guards, env)
-            pyvals = dict.fromkeys(spec.guarded)
-        for n in spec.guarded:
+            if spec.guards:
+                ok = _guard.traced_ok(spec.guards, env)
+            pyvals = dict.fromkeys(spec.tracked)
+        for n in spec.tracked:
             values[n] = _guard.Guarded(ctx, (_guard.ARG, n), values[n], pyvals[n])
     try:
         built = _bind.call_quietly(spec.info, values)
@@ -111,9 +148,9 @@ def _short(x: Any) -> str:
         return repr(x)
 
 
-def build(spec: Spec, leaves: tuple[Any, ...]) -> Any:
+def build(spec: Spec, leaves: tuple[Any, ...], exact: Any = None) -> Any:
     """The plain optax transformation (``MultiSteps`` unwrapped) or schedule."""
-    built, ok = _call(spec, leaves)
+    built, ok = _call(spec, leaves, exact)
     if spec.kind == "transformation":
         tx = as_transformation(built)
         if not spec.keep and ok is None:

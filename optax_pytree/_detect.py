@@ -279,7 +279,7 @@ class Analysis:
     trace time names the dynamic arguments.
     """
 
-    __slots__ = ("guards", "kind", "level", "modes", "params", "static", "static_key", "undecided")
+    __slots__ = ("carried", "guards", "kind", "level", "modes", "params", "static", "static_key", "undecided")
 
     def __init__(
         self,
@@ -300,8 +300,11 @@ class Analysis:
         # parameters: where the verification runs it too.
         self.level: str = "build"
         self.params: Any = None
+        # Expressions of the arguments that reach JAX (``1 - b2``): evaluated
+        # on the host when an object is made, and carried as its leaves.
+        self.carried: tuple[tuple[_guard.Expr, str], ...] = ()  # (expression, dtype of its value)
 
-    def matches(self, values: Mapping[str, Any], pyvals: Mapping[str, Any]) -> bool | None:
+    def matches(self, values: Mapping[str, Any]) -> bool | None:
         """Whether these values take this analysis' branches (None: cannot tell, traced).
 
         Python values are compared as the factory compared them; a batch of
@@ -311,7 +314,7 @@ class Analysis:
             return False
         if not self.guards:
             return True
-        env = {n: pyvals.get(n) for n in self.modes}
+        env = {n: python_value(values[n]) for n in self.modes}
         if any(v is None for v in env.values()):
             batch = {n: values[n] for n in self.modes}
             if any(is_tracer(v) for v in batch.values()):
@@ -322,20 +325,25 @@ class Analysis:
 
 def search(probe: Probe, candidates: Sequence[str], proxiable: frozenset[str]) -> Analysis | None:
     """The modes of the candidates (see the module docstring), or None if undecidable."""
-    if not probe.baseline():
-        return None
+    # Every numeric candidate starts as a stand-in kept for call time: its
+    # comparisons are guards, its Python arithmetic (``1 - b2``) an expression
+    # whose host value the object carries (exactness, see ``Guarded.exact``),
+    # its integer arithmetic checked against int32. Most factories run so at
+    # the deepest level on the first stand-in parameters: then that is the
+    # level, without a run with every candidate concrete first.
+    modes = {n: KEEP if n in proxiable else RAW for n in candidates}
+    level, params = _LEVELS[probe.kind][0], probe.param_shapes[0]
+    run = probe.run(modes, level, params)
+    if run.error is None and run.ctx is not None and not run.ctx.needs:
+        probe.level, probe.params = level, params
+    else:
+        if not probe.baseline():
+            return None
+        if probe.level == "build":
+            modes = {n: CONSTRUCT if m == KEEP else m for n, m in modes.items()}
+        run = probe.run(modes)
     assert probe.level is not None
     call_time = probe.level != "build"
-    # Most factories do nothing in Python with their numbers: every candidate
-    # a plain traced leaf runs, and that is the whole answer (no guards).
-    # Integers go in as stand-ins all the same: Python's integer arithmetic on
-    # them (``steps * steps``) is exact where the leaf's would wrap around.
-    first = {n: CONSTRUCT if n in proxiable and _guard.is_int(probe.pyvals[n]) else RAW for n in candidates}
-    run = probe.run(first)
-    if run.error is None and run.ctx is not None and not run.ctx.recorded and not run.ctx.needs:
-        return _found(probe, Analysis(probe.kind, undecided=not call_time, values=probe.concrete))
-    modes = {n: (KEEP if call_time else CONSTRUCT) if n in proxiable else RAW for n in candidates}
-    run = probe.run(modes)
     for _ in range(4 * len(candidates) + 4):
         ctx = run.ctx
         if ctx is not None and ctx.needs:
@@ -360,26 +368,25 @@ def search(probe: Probe, candidates: Sequence[str], proxiable: frozenset[str]) -
         return None
     assert run.ctx is not None
     guards = tuple(run.ctx.recorded.items())
-    # Simpler modes where they do as well: a stand-in never compared is a plain
-    # leaf, one compared only while the factory runs need not stay in update.
-    compared = frozenset().union(*(_guard.key_names(k) for k, _ in guards)) if guards else frozenset()
-    at_call = frozenset().union(*(_guard.key_names(k) for k in run.ctx.seen_call)) if guards else frozenset()
-    trial = dict(modes)
-    for n, m in modes.items():
-        if m in (KEEP, CONSTRUCT) and n not in compared:
-            trial[n] = RAW
-        elif m == KEEP and n not in at_call:
-            trial[n] = CONSTRUCT
-    if trial != modes:
-        again = probe.run(trial)
-        if again.error is None and again.ctx is not None and not again.ctx.needs:
-            modes, guards = trial, tuple(again.ctx.recorded.items())
+    # Simpler modes where they do as well: a stand-in neither compared nor in
+    # an expression that reached JAX is a plain leaf.
+    # (Nothing it recorded changes: no run again.)
+    used = _used(run.ctx)
+    modes = {n: RAW if m in (KEEP, CONSTRUCT) and n not in used else m for n, m in modes.items()}
+    carried = tuple(run.ctx.exprs.items())
     static = tuple(n for n in candidates if modes[n] == STATIC)
-    guarded_modes = {n: m for n, m in modes.items() if m in (KEEP, CONSTRUCT)}
-    return _found(
-        probe,
-        Analysis(probe.kind, static, guarded_modes, guards, undecided=not call_time, values=probe.concrete),
-    )
+    tracked = {n: m for n, m in modes.items() if m in (KEEP, CONSTRUCT)}
+    found = Analysis(probe.kind, static, tracked, guards, undecided=not call_time, values=probe.concrete)
+    found.carried = carried
+    return _found(probe, found)
+
+
+def _used(ctx: _guard.Context) -> frozenset[str]:
+    """The arguments whose stand-ins mattered: compared, in an expression that reached JAX, or a divisor."""
+    names = [_guard.key_names(k) for k in ctx.recorded]
+    names += [_guard.names_in(e) for e in ctx.exprs]
+    names.append(frozenset(ctx.divisors))
+    return frozenset().union(*names) if names else frozenset()
 
 
 def _found(probe: Probe, analysis: Analysis) -> Analysis:

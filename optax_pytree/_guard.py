@@ -163,9 +163,25 @@ class Context:
     against Python values where those are known (eager use).
     """
 
-    __slots__ = ("escapes", "factory", "needs", "phase", "record", "recorded", "seen_call")
+    __slots__ = (
+        "carried",
+        "escapes",
+        "exprs",
+        "factory",
+        "needs",
+        "phase",
+        "record",
+        "recorded",
+        "seen_call",
+    )
 
-    def __init__(self, factory: str, record: bool, recorded: dict[Key, bool] | None = None):
+    def __init__(
+        self,
+        factory: str,
+        record: bool,
+        recorded: dict[Key, bool] | None = None,
+        carried: dict[Expr, tuple[Any, Any]] | None = None,
+    ):
         self.factory = factory
         self.record = record
         # Replay only reads the recorded outcomes: the spec's own dict, not a copy.
@@ -174,6 +190,12 @@ class Context:
         self.seen_call: set[Key] = set()  # guards first met at call time (record mode)
         self.needs: list[tuple[frozenset[str], str]] = []  # (arguments, phase) used as Python values
         self.escapes: list[tuple[frozenset[str], str]] = []  # (arguments, phase) that reached JAX
+        # Exactness (see ``Guarded.exact``): in record mode, the expressions
+        # that reached JAX, in order; in replay mode, each one's host value
+        # and the snapshot of its arguments' leaves it was computed from.
+        self.exprs: dict[Expr, str] = {}  # expression -> the dtype of its traced value
+        self.divisors: set[str] = set()  # arguments that divide an array (see Guarded._divides)
+        self.carried: dict[Expr, tuple[Any, Any]] = carried or {}
 
     def answer(self, key: Key, pyval: Any) -> bool:
         if self.record:
@@ -252,13 +274,20 @@ class Guarded:
         elif _is_number(other):
             rhs, rpy = (CONST, other), other
         elif isinstance(other, (jax.Array, np.ndarray)):
-            return _COMPARE[op](self.value, other)  # data, not a guard: traced as usual
+            return _COMPARE[op](self.exact(), other)  # data, not a guard: traced as usual
         else:
             return NotImplemented
         pyval = None
         if self.pyval is not None and rpy is not None:
             pyval = _COMPARE[op](self.pyval, rpy)
-        return self.ctx.answer((op, self.expr, rhs), pyval)
+        key = (op, self.expr, rhs)
+        ctx = self.ctx
+        if pyval is None and not ctx.record and ctx.phase == "call" and key not in ctx.recorded:
+            # A comparison with data of the call (a Python step count given
+            # to a schedule): traced, as it would be for a plain leaf.
+            them = other.exact() if isinstance(other, Guarded) else other
+            return _COMPARE[op](self.exact(), them)
+        return ctx.answer(key, pyval)
 
     def __eq__(self, other: Any) -> Any:  # type: ignore[override]
         return self._compare("eq", other)
@@ -290,7 +319,9 @@ class Guarded:
         elif _is_number(other):
             them = ((CONST, other), other, other)
         elif isinstance(other, (jax.Array, np.ndarray)):
-            return fn(other, self.value) if reflected else fn(self.value, other)
+            if op == "truediv" and reflected:
+                return self._divides(other)
+            return fn(other, self.exact()) if reflected else fn(self.exact(), other)
         else:
             return NotImplemented
         me = (self.expr, self.value, self.pyval)
@@ -306,6 +337,22 @@ class Guarded:
         out = Guarded(self.ctx, (op, left[0], right[0]), fn(left[1], right[1]), pyval)
         out.check_integer_range(left[2], right[2])
         return out
+
+    def _divides(self, other: Any) -> Any:
+        """``other / self``, as XLA computes optax's division by a Python number.
+
+        XLA turns a division by a constant into a multiplication by its
+        reciprocal; a division by a traced leaf stays a division, whose
+        float32 result can differ by an ulp. Traced, the leaf divides as the
+        constant would; concrete (eager, no XLA rewrite), it divides.
+        """
+        ctx = self.ctx
+        if ctx.record:
+            ctx.divisors.update(self.names)
+        divisor = self.exact()
+        if is_tracer(divisor) and jnp.issubdtype(jnp.result_type(divisor), jnp.floating):
+            return other * (1 / divisor)
+        return other / divisor
 
     def check_integer_range(self, *operands: Any) -> None:
         """Integer arithmetic done in Python must fit the leaf's integer dtype (a guard)."""
@@ -429,12 +476,40 @@ class Guarded:
         # JAX looks this up before refusing the object in an implicit
         # conversion (a jnp function given it): record who got that far.
         self.ctx.escapes.append((self.names, self.ctx.phase))
-        return lambda: self.value
+        return self.exact
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
-        return getattr(self.value, name)  # dtype, shape, astype, ...: the leaf's
+        return getattr(self.exact(), name)  # dtype, shape, astype, ...: the leaf's
+
+    def exact(self) -> Any:
+        """The value JAX gets: the host's (Python's precision) where the object carries it.
+
+        optax does arithmetic on hyperparameters in Python (``1 - b2``) before
+        the result meets an array, in double precision, rounded once. A traced
+        leaf would do it in float32 on a rounded value. Each expression that
+        reaches JAX is recorded by the probe, evaluated on the host when the
+        object is made, and carried as a leaf: here the traced value takes
+        the carried one, ``value + stop_gradient(host - value)`` (exactly the
+        host value: the two are within a few float32 ulps, so the difference
+        is exact; gradients flow through the traced value). If the leaves the
+        host value was computed from have changed since (``jax.tree.map``, a
+        traced ``replace``, a meta-gradient step), the traced float32 value
+        is used instead: the documented fallback.
+        """
+        if exact_at_leaf_precision(self.expr) or jnp.issubdtype(jnp.result_type(self.value), jnp.integer):
+            return self.value
+        if self.ctx.record:
+            self.ctx.exprs.setdefault(self.expr, np.dtype(jnp.result_type(self.value)).name)
+            return self.value
+        found = self.ctx.carried.get(self.expr)
+        if found is None:
+            return self.value
+        host, fresh = found
+        value = self.value
+        exact = value + jax.lax.stop_gradient(host - value)  # weak types kept (bf16 parameters)
+        return exact if fresh is True else jnp.where(fresh, exact, value)
 
     def __format__(self, spec: str) -> str:
         return format(self.value if self.pyval is None else self.pyval, spec)
@@ -447,15 +522,46 @@ class Guarded:
         raise TypeError(f"a guarded stand-in for {text(self.expr)} cannot be pickled")
 
 
+def _power_of_two(x: Any) -> bool:
+    if not isinstance(x, (int, float)) or isinstance(x, bool) or x == 0 or x != x:
+        return False
+    mantissa, _ = math.frexp(abs(x))
+    return mantissa == 0.5
+
+
+def exact_at_leaf_precision(expr: Expr) -> bool:
+    """Whether the leaf's arithmetic gives Python's result (rounded once) for every value.
+
+    An argument itself; its negation or absolute value; a product or quotient
+    by a power of two (``-1 * learning_rate``, ``lr / 2``). Those, and
+    integer arithmetic (``decay_steps - warmup_steps``: Python's result,
+    since a guard checks that it fits the leaf), need no carried value.
+    """
+    kind = expr[0]
+    if kind == ARG:
+        return True
+    if kind == CONST:
+        return isinstance(expr[1], int)
+    if kind in _UNARY:
+        return exact_at_leaf_precision(expr[1])
+    if kind in ("mul", "truediv"):
+        a, b = expr[1], expr[2]
+        if b[0] == CONST and _power_of_two(b[1]):
+            return exact_at_leaf_precision(a)
+        if kind == "mul" and a[0] == CONST and _power_of_two(a[1]):
+            return exact_at_leaf_precision(b)
+    return False
+
+
 # A stand-in handed to a jitted helper (optax's ``tree_bias_correction``) is
 # flattened as a pytree instead of being abstractified through
 # ``__jax_array__`` (which JAX refuses): the helper sees the leaf itself.
-jax.tree_util.register_pytree_node(Guarded, lambda g: ((g.value,), None), lambda _, children: children[0])
+jax.tree_util.register_pytree_node(Guarded, lambda g: ((g.exact(),), None), lambda _, children: children[0])
 
 
 def unwrap(tree: Any) -> Any:
     """``tree`` with every ``Guarded`` leaf replaced by its value (states, schedule values)."""
-    return jax.tree_util.tree_map(lambda x: x.value if isinstance(x, Guarded) else x, tree)
+    return jax.tree_util.tree_map(lambda x: x.exact() if isinstance(x, Guarded) else x, tree)
 
 
 # --------------------------------------------------------------------------
@@ -487,7 +593,7 @@ class _Detacher:
             # closures for call time: the child's, not to be touched here.
             if x.ctx is not self.ctx or x.names <= self.keep:
                 return x
-            return x.value
+            return x.exact()
         if isinstance(x, _ATOMS) or depth > 12 or _is_wrapped_object(x):
             return x
         key = id(x)
@@ -616,6 +722,16 @@ def _compile(expr: Expr) -> Callable[[Mapping[str, Any]], Any]:
         return lambda env: unary(inner(env))
     binary, a, b = _BINARY[kind], _compile(expr[1]), _compile(expr[2])
     return lambda env: binary(a(env), b(env))
+
+
+@functools.lru_cache(maxsize=4096)
+def _compiled(expr: Expr) -> Callable[[Mapping[str, Any]], Any]:
+    return _compile(expr)
+
+
+def evaluate(expr: Expr, env: Mapping[str, Any]) -> Any:
+    """``expr`` for the Python values in ``env``: the host value a carried expression takes."""
+    return _compiled(expr)(env)
 
 
 def _compile_key(key: Key) -> Callable[[Mapping[str, Any]], Any]:

@@ -77,6 +77,51 @@ def _to_weak_scalar_array(x: jax.Array) -> Any:
         return x
 
 
+def weak(x: Any) -> Any:
+    """``x`` weakly typed if its dtype is a default one (traced or not)."""
+    if getattr(x, "weak_type", False) or np.dtype(x.dtype) not in _DEFAULT_KINDS:
+        return x
+    try:
+        from jax._src.lax import lax as lax_internal
+
+        return lax_internal._convert_element_type(x, x.dtype, weak_type=True)  # pyright: ignore[reportPrivateUsage]
+    except (ImportError, AttributeError, TypeError):  # pragma: no cover - private API moved
+        return x
+
+
+@functools.lru_cache(maxsize=256)
+def _exact_maker(n: int, groups: tuple[tuple[str, int], ...], of: tuple[int, ...], into: str):
+    """One jitted call making a wrap's leaves and its ``exact`` child from Python numbers.
+
+    ``n`` arguments, then the host values of each group; the fingerprint of
+    arguments ``of`` (see :func:`fingerprint`) goes last into group ``into``.
+    Compiled once per layout, like the converter of :func:`to_leaves`.
+    """
+
+    def make(*xs: Any) -> Any:
+        args, pos, exact = xs[:n], n, {}
+        for dtype, size in groups:
+            column = list(xs[pos : pos + size])
+            pos += size
+            if dtype == into:
+                column.append(fingerprint([args[i] for i in of], dtype))
+            exact[dtype] = jnp.stack([jnp.asarray(x, dtype) for x in column])
+        return (*args, *exact.values())
+
+    return jax.jit(make)
+
+
+def make_exact(
+    args: list[Any], groups: tuple[tuple[str, list[Any]], ...], of: tuple[int, ...], into: str
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The leaves of Python-number arguments and the ``exact`` child, in one dispatch."""
+    layout = tuple((d, len(v)) for d, v in groups)
+    flat = [x for _, values in groups for x in values]
+    out = _exact_maker(len(args), layout, of, into)(*args, *flat)
+    n = len(args)
+    return out[:n], dict(zip((d for d, _ in groups), out[n:]))
+
+
 def to_leaves(values: dict[str, Any]) -> dict[str, Any]:
     """Converts numeric hyperparameters to JAX arrays (see the module docstring).
 
@@ -196,14 +241,44 @@ def as_python(x: Any) -> Any:
     return x
 
 
+def fingerprint(leaves: list[Any], dtype: Any) -> Any:
+    """What a carried value remembers of the leaves it was computed from.
+
+    Not the leaves themselves: ``jax.tree.map(lambda x: x / 2, tx)`` would
+    change a copy as it changes the leaf, and the copy would still match.
+    The sum of their reciprocals (bitwise complements for integers), in
+    ``dtype``, computed with the same float operations on the host (NumPy)
+    and in traced code (JAX), does not follow a map that is not the
+    identity, so a carried value is seen to be stale.
+    """
+    traced = any(is_tracer(x) for x in leaves)
+    xp: Any = jnp if traced else np
+    total = xp.zeros((), dtype)
+    with np.errstate(all="ignore"):
+        for x in leaves:
+            x = x if traced else np.asarray(x)
+            if xp.issubdtype(x.dtype, xp.integer):
+                term = (~x).astype(dtype)
+            else:
+                term = xp.asarray(1, x.dtype) / x
+                if xp.issubdtype(x.dtype, xp.complexfloating):
+                    term = xp.real(term) + xp.imag(term)
+                term = term.astype(dtype)
+            total = total + term
+    return total
+
+
 def given_type(x: Any) -> Any:
     """The kind of value the user gave, as a factory's ``isinstance``/``hasattr`` see it.
 
-    A weakly typed scalar leaf stands for the Python number it was made from.
+    A weakly typed leaf stands for the Python number it was made from (a
+    batch of them for the numbers of its members).
     """
     if type(x) in _PY_NUMBERS or isinstance(x, np.generic):
         return type(x)
-    if isinstance(x, jax.Array) and x.ndim == 0 and getattr(x, "weak_type", False) and not is_tracer(x):
+    if isinstance(x, (jax.Array, np.ndarray)) and (x.ndim > 0 or getattr(x, "weak_type", False)):
+        # A weakly typed leaf, or a batch of values (grid, stack, an array of
+        # learning rates): Python numbers, member by member.
         return type(np.zeros((), x.dtype).item())
     return "array"
 

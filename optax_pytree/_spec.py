@@ -19,6 +19,7 @@ import threading
 from typing import Any
 
 import jax
+import numpy as np
 
 from . import _bind, _guard, _static
 from ._bind import FactoryInfo
@@ -32,8 +33,12 @@ class Spec:
 
     __slots__ = (
         "analysis",
+        "carried",
+        "carried_names",
         "config_key",
         "detected",
+        "fingerprint_slot",
+        "groups",
         "guarded",
         "guards",
         "hash",
@@ -49,8 +54,10 @@ class Spec:
         "options",
         "outcomes",
         "roles",
+        "slots",
         "static",
         "templates",
+        "tracked",
         "undecided",
     )
 
@@ -77,7 +84,29 @@ class Spec:
         self.guards = analysis.guards
         self.outcomes = dict(self.guards)  # guard -> outcome, what a rebuild replays
         self.modes = analysis.modes
-        self.guarded = tuple(n for n in roles if n in analysis.modes)
+        # Stand-ins in a rebuild: compared (guarded), or in carried expressions.
+        self.tracked = tuple(n for n in roles if n in analysis.modes)
+        compared = frozenset().union(*(_guard.key_names(k) for k, _ in self.guards))
+        self.guarded = tuple(n for n in self.tracked if n in compared)
+        # Exactness (see _guard.Guarded.exact): the expressions whose host
+        # values the object carries, in one array per dtype (the leaves of its
+        # ``exact`` child, ``.exact['float32']``), with, in the default float
+        # array, the fingerprint of the arguments they were computed from.
+        self.carried = tuple(e for e, _ in analysis.carried)
+        names = frozenset().union(*(_guard.names_in(e) for e in self.carried))
+        self.carried_names = tuple(n for n in self.tracked if n in names)
+        groups: dict[str, int] = {}
+        self.slots = {}  # expression -> (dtype name, index)
+        for expr, dtype in analysis.carried:
+            self.slots[expr] = (dtype, groups.get(dtype, 0))
+            groups[dtype] = groups.get(dtype, 0) + 1
+        if self.carried:
+            default = np.dtype(jax.dtypes.canonicalize_dtype(np.float64)).name
+            self.fingerprint_slot = (default, groups.get(default, 0))
+            groups[default] = groups.get(default, 0) + 1
+        else:
+            self.fingerprint_slot = None
+        self.groups = tuple(groups.items())  # (dtype name, size)
         self.keep = frozenset(n for n, m in analysis.modes.items() if m == KEEP)
         self.undecided = analysis.undecided
         self.leaf_names = tuple(n for n, r in roles.items() if r != STATIC)
@@ -98,6 +127,7 @@ class Spec:
             self.detected,
             self.guards,
             tuple(sorted(self.modes.items())),
+            self.carried,
             options.key(),
         )
         self.hash = hash(self.key)

@@ -34,10 +34,18 @@ class Core:
     wrapped object, which JAX rebuilds at every unflatten.
     """
 
-    __slots__ = ("leaves", "spec")
+    __slots__ = ("exact", "leaves", "python", "spec")
 
     spec: Spec
-    leaves: tuple[Any, ...]
+    leaves: tuple[Any, ...]  # one per dynamic argument or child, in signature order
+    # The carried host values of the spec's expressions and the snapshot of
+    # the leaves they were computed from (see ``_guard.Guarded.exact``); None
+    # when the factory does no Python arithmetic on its arguments.
+    exact: Any
+    # The Python values the object was made from (``wrap``, ``replace``), so
+    # that a later ``replace`` computes the carried values from them, not
+    # from float32 leaves; empty once JAX has rebuilt the object from leaves.
+    python: dict[str, Any]
 
     def argument(self, name: str, build_children: bool = False) -> Any:
         return _build.argument(self.spec, self.leaves, name, build_children)
@@ -46,10 +54,10 @@ class Core:
         return _build.arguments(self.spec, self.leaves, build_children)
 
     def build_raw(self) -> Any:
-        return _build.build_raw(self.spec, self.leaves)
+        return _build.build_raw(self.spec, self.leaves, self.exact)
 
     def build(self) -> Any:
-        return _build.build(self.spec, self.leaves)
+        return _build.build(self.spec, self.leaves, self.exact)
 
     def init(self, params: Any) -> Any:
         tx = self.build()
@@ -190,7 +198,13 @@ class _Wrapped(Wrapped):
                     f"{spec.info.name}: replace() got unknown argument {name!r}; "
                     f"its arguments are {list(spec.names)}{_bind.did_you_mean(name, spec.names)}"
                 )
-        new = _wrap.make(spec.info, {**self.hyperparams, **changes}, spec.options, previous=spec)
+        python = self._core.python
+        arguments = {**self.hyperparams, **python, **changes}
+        # The carried values are computed from the Python values where the
+        # object still has them; else those of unchanged arguments are kept.
+        fresh_from_python = all(n in python or n in changes for n in spec.carried_names)
+        kept = None if fresh_from_python else (self, frozenset(changes))
+        new = _wrap.make(spec.info, arguments, spec.options, previous=spec, kept=kept)
         return _keep_placement(self, new)
 
     def __getattr__(self, name: str) -> Any:
@@ -252,7 +266,7 @@ class _Wrapped(Wrapped):
         for name, value in self.hyperparams.items():
             role = spec.roles[name]
             if role == DYNAMIC:
-                parts.append(f"{name}={_describe_leaf(value, name in spec.modes)}")
+                parts.append(f"{name}={_describe_leaf(value, name in spec.guarded)}")
             elif role == STATIC and name in spec.detected:
                 parts.append(f"{name}={value!r} <static: detected>")
             elif role == STATIC and name in spec.options.static and _leaves.is_numeric(value):
@@ -342,19 +356,24 @@ class PyTreeSchedule(_Wrapped):
 _CLASSES = {"transformation": PyTreeTransformation, "schedule": PyTreeSchedule}
 
 
-def new(spec: Spec, leaves: tuple[Any, ...]) -> Any:
+_NO_PYTHON: dict[str, Any] = {}
+
+
+def new(spec: Spec, leaves: tuple[Any, ...], exact: Any = None, python: dict[str, Any] = _NO_PYTHON) -> Any:
     # Also on the dispatch path (every jitted call that returns or rebuilds
     # a wrapped object): kept to the fewest Python-level steps.
     core = _new_core(Core)
     core.spec = spec
     core.leaves = leaves
+    core.exact = exact
+    core.python = python
     if spec.kind == "transformation":
         obj = _new_tuple(PyTreeTransformation, (core.init, core.update))
     else:
         obj = _new_core(PyTreeSchedule)
     d = obj.__dict__
     d["_core"] = core
-    d["_flat"] = (leaves, spec)
+    d["_flat"] = (leaves if exact is None else (*leaves, exact), spec)
     return obj
 
 
@@ -367,12 +386,25 @@ _new_tuple = tuple.__new__
 _flatten = operator.attrgetter("_flat")
 
 
+# The carried host values and the fingerprint of the leaves they were
+# computed from (``.exact['float32']``): leaves too, so that they follow the
+# object through jit, vmap (a batch's members' own), scan and checkpoints;
+# their cotangents under jax.grad are zero.
+_EXACT_KEY = jax.tree_util.GetAttrKey("exact")
+
+
 def _flatten_with_keys(obj: Any) -> tuple[tuple[tuple[Any, Any], ...], Spec]:
     core = obj._core
-    return tuple(zip(core.spec.keys, core.leaves)), core.spec
+    children = tuple(zip(core.spec.keys, core.leaves))
+    if core.exact is not None:
+        children += ((_EXACT_KEY, core.exact),)
+    return children, core.spec
 
 
 def _unflatten(spec: Spec, leaves: Iterable[Any]) -> Any:
+    if spec.carried:
+        *args, exact = leaves
+        return new(spec, tuple(args), exact)
     return new(spec, tuple(leaves))
 
 

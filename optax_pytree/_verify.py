@@ -12,7 +12,7 @@ So every new configuration (and every new branch of one) is checked by
 differential execution: the wrapped build, with its leaves *traced* (a
 concrete array answers ``float()`` and ``str()`` like a number, a tracer does
 not), against the factory called with the Python values, on the probe's
-stand-in parameters: ``init``, two ``update`` steps with every extra argument
+stand-in parameters: ``init``, an ``update`` with every extra argument
 the probe found the transformation takes (``value``, ``grad``, ``value_fn``,
 ``obj_fn``, ``grad_fn``), or a schedule at a range of step counts (those near
 its integer arguments included). A difference makes the responsible argument
@@ -60,6 +60,15 @@ def concrete_params(shapes: Any) -> Any:
     return jax.tree_util.tree_unflatten(treedef, [leaf(i, s) for i, s in enumerate(leaves)])
 
 
+def smaller(shapes: Any) -> Any:
+    """The parameters to compare on: the probe's, or, for its default ranks 1 to 4 (which
+    detection needed for the guards on a rank), a bias and a kernel (half the tracing)."""
+    first = _detect._default_param_shapes()  # pyright: ignore[reportPrivateUsage]
+    if jax.tree_util.tree_structure(shapes) == jax.tree_util.tree_structure(first[0]):
+        return first[1]
+    return shapes
+
+
 def counts_for(values: dict[str, Any]) -> np.ndarray:
     """Step counts for a schedule: a fixed range and each integer argument's neighbourhood."""
     counts = set(_COUNTS)
@@ -70,31 +79,72 @@ def counts_for(values: dict[str, Any]) -> np.ndarray:
 
 
 def outputs(built: Any, kind: str, level: str, params: Any, counts: Any) -> Any:
-    """What is compared: init and two updates, or the schedule at ``counts``."""
+    """What is compared: init and an update, or the schedule at ``counts``."""
     if kind == "schedule":
         try:
             return jax.vmap(built)(counts)
         except Exception:  # noqa: BLE001 - a schedule with Python control flow on the count
             return [built(c) for c in counts]
     value = _detect._sum_of_squares(params)  # pyright: ignore[reportPrivateUsage]
-    return _detect.exercise(built, kind, level, params, counts[0], value, steps=2)
+    return _detect.exercise(built, kind, level, params, counts[0], value)
 
 
-def traced_outputs(build: Callable[[Any], Any], leaves: Any, run: Callable[[Any], Any]) -> Any:
-    """``run(build(leaves))`` with ``leaves`` traced, then evaluated on their concrete values."""
+def traced_outputs(build: Callable[[Any], Any], leaves: Any, run: Callable[[Any], Any]) -> tuple[Any, Any]:
+    """``run(build(leaves))`` with ``leaves`` traced, evaluated on their concrete values; and its jaxpr."""
     flat, treedef = jax.tree_util.tree_flatten(leaves)
 
     def fn(*xs: Any) -> Any:
         return run(build(jax.tree_util.tree_unflatten(treedef, list(xs))))
 
     closed, shapes = jax.make_jaxpr(fn, return_shape=True)(*flat)
-    return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shapes), evaluate(closed, *flat))
+    out = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shapes), evaluate(closed, *flat))
+    return out, closed
 
 
-def reference_outputs(built: Any, run: Callable[[Any], Any]) -> Any:
+def reference_outputs(built: Any, run: Callable[[Any], Any]) -> tuple[Any, Any]:
     """``run(built)`` for the factory's own result, traced and evaluated like the wrapped one."""
     closed, shapes = jax.make_jaxpr(lambda: run(built), return_shape=True)()
-    return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shapes), evaluate(closed))
+    return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shapes), evaluate(closed)), closed
+
+
+# Primitives whose XLA implementation is not correctly rounded: the same
+# numbers from both sides need the same ones. JAX picks some from the *kind*
+# of a value (``x ** 2.0`` with the Python float is ``integer_pow``, with an
+# array ``pow``), which the NumPy evaluation cannot tell apart numerically.
+_APPROXIMATE = frozenset(
+    "pow integer_pow exp exp2 log log1p expm1 tanh logistic sin cos tan atan2 erf erf_inv "
+    "lgamma digamma cbrt".split()
+)
+
+
+def approximate_ops(closed: Any) -> dict[str, Any]:
+    """How many of each not-correctly-rounded primitive a jaxpr has (sub-jaxprs included).
+
+    With, for ``pow``, which exponents are constants of the program: XLA
+    specializes a power by a constant (``x ** 2.0`` becomes ``x * x``), which
+    a hyperparameter leaf as the exponent would not get.
+    """
+    counts: dict[str, Any] = {}
+    exponents: list[bool] = []
+
+    def walk(jaxpr: Any) -> None:
+        constants = set(map(id, jaxpr.constvars))
+        for eqn in jaxpr.eqns:
+            if eqn.primitive.name in _APPROXIMATE:
+                counts[eqn.primitive.name] = counts.get(eqn.primitive.name, 0) + 1
+            if eqn.primitive.name == "pow":
+                exponent = eqn.invars[1]
+                exponents.append(type(exponent).__name__ == "Literal" or id(exponent) in constants)
+            for value in eqn.params.values():
+                for sub in value if isinstance(value, (tuple, list)) else (value,):
+                    inner = getattr(sub, "jaxpr", sub)
+                    if hasattr(inner, "eqns"):
+                        walk(inner)
+
+    walk(closed.jaxpr)
+    if exponents:
+        counts["pow exponents constant"] = tuple(exponents)
+    return counts
 
 
 def close(a: Any, b: Any) -> bool:
@@ -309,16 +359,26 @@ def _evaluate(jaxpr: Any, consts: list[Any], args: list[Any]) -> list[Any]:
         env[v] = _value(x)
     for v, x in zip(jaxpr.invars, args):
         env[v] = _value(x)
+    constants = frozenset(map(id, jaxpr.constvars))
     for eqn in jaxpr.eqns:
         inputs = [read(v) for v in eqn.invars]
-        outputs = _apply(eqn, inputs)
+        outputs = _apply(eqn, inputs, constants)
         for v, x in zip(eqn.outvars, outputs):
             env[v] = x
     return [read(v) for v in jaxpr.outvars]
 
 
-def _apply(eqn: Any, inputs: list[Any]) -> list[Any]:
+def _apply(eqn: Any, inputs: list[Any], constants: frozenset[int] = frozenset()) -> list[Any]:
     name, params = eqn.primitive.name, eqn.params
+    if (
+        name == "div"
+        and _is_constant(eqn.invars[1], constants)
+        and np.issubdtype(eqn.outvars[0].aval.dtype, np.floating)
+    ):
+        # XLA divides by a constant as a multiplication by its reciprocal.
+        x, c = inputs
+        dtype = eqn.outvars[0].aval.dtype
+        return [np.multiply(x, np.divide(np.asarray(1, dtype), c)).astype(dtype)]
     rule = _RULES.get(name)
     if rule is not None and not any(_is_key(x) for x in inputs):
         out = rule(*inputs, **params)
@@ -339,6 +399,10 @@ def _apply(eqn: Any, inputs: list[Any]) -> list[Any]:
     args = [jnp.asarray(x) if isinstance(x, (np.ndarray, np.generic)) else x for x in inputs]
     out = eqn.primitive.bind(*args, **params)
     return [_value(x) for x in (out if eqn.primitive.multiple_results else [out])]
+
+
+def _is_constant(v: Any, constants: frozenset[int]) -> bool:
+    return type(v).__name__ == "Literal" or id(v) in constants
 
 
 def _is_key(x: Any) -> bool:

@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterable
 from typing import Any, ParamSpec, Protocol, overload
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 
 from . import _bind, _build, _detect, _guard, _leaves, _spec, _tree, _verify
 from ._bind import FactoryInfo
@@ -65,6 +67,8 @@ def _base(classified: Classified) -> dict[str, Any]:
     """The factory's arguments as it takes them: values as given, wrapped children built."""
     from ._build import build_child
 
+    if classified.python:
+        return classified.values  # the common case: Python numbers and static values
     base = dict(classified.values)
     for name in classified.candidates:
         base[name] = _leaves.as_python(base[name])
@@ -179,44 +183,92 @@ def _difference(
 ) -> str | None:
     """How the wrapped build (leaves traced) differs from the factory with the Python values, or None.
 
-    At float32 round-off: the wrapped build agrees with the factory called
-    with the values given, or with the values its leaves hold (as the kind of
-    value given: a Python float stays one) where those two agree with each
-    other up to the round-off's amplification (``1 - b2`` of a rounded
-    ``b2 = 0.9999`` is 6e-4 off) — the same branch, not another one.
+    Bit for bit: the object carries the host values of the expressions optax
+    computes in Python (see ``_guard.Guarded.exact``), so its numbers are
+    exactly the factory's.
     """
     if analysis.level == "build":
         return None  # nothing to run (the probe could not run init or a schedule)
     spec = _spec.new_spec(info, classified, analysis)
     leaves = _leaf_values(spec, classified)
-    params = _verify.concrete_params(analysis.params)
+    exact = _carried_values(spec, _host_values(spec, base), leaves) if spec.carried else None
+    params = _verify.concrete_params(_verify.smaller(analysis.params))
     counts = _verify.counts_for({n: classified.values[n] for n in classified.candidates})
 
     def run(built: Any) -> Any:
         return _verify.outputs(built, spec.kind, analysis.level, params, counts)
 
     try:
-        reference = _verify.reference_outputs(_verify.call_reference(info, base), run)
-    except Exception:  # noqa: BLE001 - the factory itself fails on concrete stand-ins: nothing to compare
-        return None
+        reference, reference_jaxpr = _verify.reference_outputs(_verify.call_reference(info, base), run)
+    except Exception as e:  # noqa: BLE001 - compared below
+        reference = e
     try:
-        got = _verify.traced_outputs(lambda lv: _build.build(spec, lv), leaves, run)
+        got, jaxpr = _verify.traced_outputs(lambda lv: _build.build(spec, *lv), (leaves, exact), run)
     except Exception as e:  # noqa: BLE001 - any failure of the wrapped build is a difference
+        if isinstance(reference, Exception):
+            return None  # the factory fails on these stand-in parameters too: nothing to compare
         return f"{_FAILS}{type(e).__name__}: {_build.first_line(str(e))}"
-    found = _verify.difference(reference, got)
-    if found is None:
-        return None
-    rounded = dict(base)
-    for n in (*classified.candidates, *classified.forced):
-        if spec.roles[n] == DYNAMIC:
-            rounded[n] = _verify.as_given(classified.values[n], leaves[spec.leaf_index[n]])
-    try:
-        at_leaf_values = _verify.reference_outputs(_verify.call_reference(info, rounded), run)
-    except Exception:  # noqa: BLE001 - the rounded values fail: another branch
-        return found
-    if _verify.difference(at_leaf_values, got) is None and _verify.close(reference, at_leaf_values):
-        return None
-    return found
+    if isinstance(reference, Exception):
+        return f"the factory fails with the Python values ({type(reference).__name__}) but not wrapped"
+    ops, reference_ops = _verify.approximate_ops(jaxpr), _verify.approximate_ops(reference_jaxpr)
+    if ops != reference_ops:
+        return f"it computes with {ops} where the factory computes with {reference_ops}"
+    return _verify.difference(reference, got, exact=True)
+
+
+def _host_values(spec: _spec.Spec, base: dict[str, Any], kept: Any = None) -> dict[Any, Any]:
+    """Expression -> its host value for the values given (Python's precision and integers).
+
+    With traced values (a ``replace`` inside ``jit``), traced: the float32
+    fallback. ``kept`` (see :func:`make`): an expression of unchanged
+    arguments keeps the host value the replaced object carried, if that
+    object is not stale.
+    """
+    previous = _kept_values(kept, spec)
+    if all(type(base[n]) in _PYTHON_NUMBERS for n in spec.carried_names):  # Python's arithmetic: no warnings
+        return {e: previous[e] if e in previous else _guard.evaluate(e, base) for e in spec.carried}
+    env = {n: _host(base[n]) for n in spec.tracked}
+    with np.errstate(all="ignore"):
+        return {e: previous[e] if e in previous else _guard.evaluate(e, env) for e in spec.carried}
+
+
+def _carried_values(spec: _spec.Spec, hosts: dict[Any, Any], leaves: tuple[Any, ...]) -> Any:
+    """The object's ``exact`` child (one array per dtype, ``.exact['float32']``), in general."""
+    columns: dict[str, list[Any]] = {dtype: [None] * size for dtype, size in spec.groups}
+    for expr, host in hosts.items():
+        dtype, i = spec.slots[expr]
+        columns[dtype][i] = host
+    assert spec.fingerprint_slot is not None
+    dtype, i = spec.fingerprint_slot
+    columns[dtype][i] = _leaves.fingerprint([leaves[spec.leaf_index[n]] for n in spec.carried_names], dtype)
+    if any(_leaves.is_tracer(x) for column in columns.values() for x in column):
+        return {d: jnp.stack([jnp.asarray(x, d) for x in column], axis=-1) for d, column in columns.items()}
+    return {d: jnp.asarray(np.stack(np.broadcast_arrays(*c), axis=-1).astype(d)) for d, c in columns.items()}
+
+
+def _host(x: Any) -> Any:
+    """A concrete array as NumPy (a batch of values): evaluated on the host, not by XLA."""
+    return np.asarray(x) if isinstance(x, jax.Array) and not _leaves.is_tracer(x) else x
+
+
+def _kept_values(kept: Any, spec: _spec.Spec) -> dict[Any, Any]:
+    """Expression -> the carried host value of the replaced object, for unchanged arguments.
+
+    Only from an object that is not stale (its fingerprint matches its leaves).
+    """
+    if kept is None:
+        return {}
+    old, changed = kept
+    core = old._core
+    if core.exact is None or _build.fresh(core.spec, core.leaves, core.exact) is not True:
+        return {}
+    out = {}
+    for expr in core.spec.carried:
+        if expr in spec.slots and not _guard.names_in(expr) & changed:
+            dtype, i = core.spec.slots[expr]
+            value = np.asarray(core.exact[dtype])[..., i]
+            out[expr] = value.item() if value.ndim == 0 else value
+    return out
 
 
 def _leaf_values(spec: _spec.Spec, classified: Classified) -> tuple[Any, ...]:
@@ -235,14 +287,13 @@ def _find_analysis(
 ) -> Analysis:
     """The cached analysis these values match, or a new one."""
     values = classified.values
-    pyvals = {n: _leaves.python_value(values[n]) for n in classified.candidates}
     for analysis in _spec.analyses(classified.analysis_key):
-        if analysis.matches(values, pyvals):
+        if analysis.matches(values):
             return analysis
     if previous is not None and previous.config_key == classified.key:
         # Traced values (replace inside jit) cannot be matched: they keep the
         # branches of the object they replace, checked where it is used.
-        if previous.analysis.matches(values, pyvals) is not False:
+        if previous.analysis.matches(values) is not False:
             return previous.analysis
     if kind is None:
         kind = _call_factory(info, classified, base)
@@ -280,9 +331,18 @@ def _check_leaves(info: FactoryInfo, classified: Classified, analysis: Analysis)
 
 
 def make(
-    info: FactoryInfo, arguments: dict[str, Any], options: Options, previous: _spec.Spec | None = None
+    info: FactoryInfo,
+    arguments: dict[str, Any],
+    options: Options,
+    previous: _spec.Spec | None = None,
+    kept: Any = None,
 ) -> Any:
-    """Classifies, analyses (or finds the cached analysis) and makes the wrapped object."""
+    """Classifies, analyses (or finds the cached analysis) and makes the wrapped object.
+
+    ``kept``: for ``replace``, the object replaced; the carried values of its
+    expressions whose arguments did not change are kept (they were computed
+    from Python values that its leaves no longer tell exactly).
+    """
     classified = classify(info, arguments, options)
     base = _base(classified)
     # Traced values (wrap or replace inside jit) are no Python values to
@@ -291,7 +351,34 @@ def make(
     analysis = _find_analysis(info, classified, previous, base, kind)
     _check_leaves(info, classified, analysis)
     spec = _spec.spec_for(info, classified, analysis)
-    return _tree.new(spec, _leaf_values(spec, classified))
+    python = {n: base[n] for n in classified.candidates if type(base[n]) in _PYTHON_NUMBERS}
+    if not spec.carried:
+        return _tree.new(spec, _leaf_values(spec, classified), None, python)
+    hosts = _host_values(spec, base, kept)
+    values = classified.values
+    dynamic = [n for n, r in spec.roles.items() if r == DYNAMIC]
+    if all(type(values[n]) in _PYTHON_NUMBERS for n in dynamic) and all(
+        type(h) in _PYTHON_NUMBERS for h in hosts.values()
+    ):
+        # The common case (wrap, replace with Python numbers): one dispatch.
+        assert spec.fingerprint_slot is not None
+        into = spec.fingerprint_slot[0]
+        columns: dict[str, list[Any]] = {d: [None] * (size - (d == into)) for d, size in spec.groups}
+        for expr, host in hosts.items():
+            dtype, i = spec.slots[expr]
+            columns[dtype][i] = host
+        of = tuple(dynamic.index(n) for n in spec.carried_names)
+        converted, exact = _leaves.make_exact(
+            [values[n] for n in dynamic], tuple(columns.items()), of, into
+        )
+        by_name = dict(zip(dynamic, converted))
+        leaves = tuple(by_name[n] if n in by_name else values[n] for n in spec.leaf_names)
+        return _tree.new(spec, leaves, exact, python)
+    leaves = _leaf_values(spec, classified)
+    return _tree.new(spec, leaves, _carried_values(spec, hosts, leaves), python)
+
+
+_PYTHON_NUMBERS = (int, float, complex)
 
 
 # Typed so that an editor checks and completes the factory's own arguments

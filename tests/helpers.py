@@ -94,6 +94,55 @@ def run_steps(
     return carry
 
 
+def one_step(
+    tx: Any,
+    params: Any,
+    state: Any,
+    extra: str = "linesearch",
+    per_example: bool = False,
+    fast: bool = False,
+    apply: bool = True,
+    scan: bool = True,
+) -> tuple[Any, Any]:
+    """One optimizer step on :func:`loss`, as :func:`run_steps` takes them: (params, state)."""
+    del scan
+    value, grad = jax.value_and_grad(loss)(params.fast if fast else params)
+    if per_example:
+        grad = jax.tree_util.tree_map(lambda g: jnp.stack([g, 0.5 * g]), grad)
+    kwargs: dict[str, Any] = {
+        "linesearch": {"value": value, "grad": grad, "value_fn": loss},
+        "obj_fn": {"obj_fn": loss},
+        "": {},
+    }[extra]
+    updates, state = optax.with_extra_args_support(tx).update(grad, state, params, **kwargs)
+    return (optax.apply_updates(params, updates) if apply else params), state
+
+
+def training_loop(tx: Any, params: Any, steps: int = 3, jit: bool = True, **options: Any) -> Any:
+    """``steps`` steps as a training loop takes them: the state initialized outside, each step
+    one call of a (jitted) function of the parameters and the state.
+
+    A wrapped ``tx`` is an argument of the step; a plain one is closed over
+    (its hyperparameters are constants of the program, as in any optax
+    training loop). Returns the final (params, state).
+    """
+    state = tx.init(params)
+    wrapped = opx.PyTreeTransformation in type(tx).__mro__
+
+    def step(tx: Any, params: Any, state: Any) -> Any:
+        return one_step(tx, params, state, **options)
+
+    if wrapped:
+        run = jax.jit(step) if jit else step
+        for _ in range(steps):
+            params, state = run(tx, params, state)
+    else:
+        closed = jax.jit(lambda p, s: step(tx, p, s)) if jit else (lambda p, s: step(tx, p, s))
+        for _ in range(steps):
+            params, state = closed(params, state)
+    return params, state
+
+
 def counting_jit(fn: Any, jit: Any = jax.jit) -> tuple[Any, list[int]]:
     """``jit(fn)`` and a one-element list counting its traces.
 
