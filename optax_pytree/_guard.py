@@ -165,6 +165,7 @@ class Context:
 
     __slots__ = (
         "carried",
+        "divisors",
         "escapes",
         "exprs",
         "factory",
