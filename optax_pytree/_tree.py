@@ -20,7 +20,7 @@ import jax
 import numpy as np
 import optax
 
-from . import _bind, _build, _leaves
+from . import _bind, _build, _constants, _leaves
 from ._classify import DYNAMIC, STATIC, Options, Wrapped, is_wrapped
 from ._spec import Spec
 
@@ -59,18 +59,26 @@ class Core:
     def build(self) -> Any:
         return _build.build(self.spec, self.leaves, self.exact)
 
+    def _built(self, hyper: tuple[tuple[Any, ...], Any]) -> Any:
+        return _build.build(self.spec, *hyper)
+
     def init(self, params: Any) -> Any:
-        tx = self.build()
         try:
-            return tx.init(params)
+            return _constants.call(lambda h, p: self._built(h).init(p), (self.leaves, self.exact), params)
         except Exception as e:
             _build.raise_traced_failure(e, self.spec, self.leaves, "init")
             raise
 
     def update(self, updates: Any, state: Any, params: Any = None, **extra_args: Any) -> tuple[Any, Any]:
-        tx = self.build()
         try:
-            return tx.update(updates, state, params, **extra_args)
+            return _constants.call(
+                lambda h, *a, **k: self._built(h).update(*a, **k),
+                (self.leaves, self.exact),
+                updates,
+                state,
+                params,
+                **extra_args,
+            )
         except Exception as e:
             _build.raise_traced_failure(e, self.spec, self.leaves, "update")
             raise
@@ -345,7 +353,8 @@ class PyTreeSchedule(_Wrapped):
 
     def __call__(self, count: Any) -> Any:
         """The schedule's value at step ``count`` (traced or concrete)."""
-        return self._core.build()(count)
+        core = self._core
+        return _constants.call(lambda h, c: core._built(h)(c), (core.leaves, core.exact), count)  # pyright: ignore[reportPrivateUsage]
 
     # A plain object, not a tuple: ``jax.jit(schedule)`` keeps a weak
     # reference to the function it compiles, and tuples cannot be weakly
