@@ -117,34 +117,47 @@ _APPROXIMATE = frozenset(
 )
 
 
+# The exponents XLA computes a power by otherwise when they are constants
+# of the program (``x ** 2.0`` becomes ``x * x``; measured on CPU: a power
+# by a runtime 2.0, 3.0, 0.5 or -1.0 differs in the last bit, by 1.0, 4.0,
+# -0.5, 1.5, ... does not).
+_SPECIALIZED_EXPONENTS = frozenset((2.0, 3.0, 0.5, -1.0))
+
+
 def approximate_ops(closed: Any) -> dict[str, Any]:
     """How many of each not-correctly-rounded primitive a jaxpr has (sub-jaxprs included).
 
-    With, for ``pow``, which exponents are constants of the program: XLA
-    specializes a power by a constant (``x ** 2.0`` becomes ``x * x``), which
-    a hyperparameter leaf as the exponent would not get.
+    With, for ``pow``, which exponents are constants XLA specializes (see
+    ``_SPECIALIZED_EXPONENTS``): a hyperparameter leaf as the exponent would
+    not get that, so where the factory's own program has one, the wrapped
+    one must have it too (the argument is then static).
     """
     counts: dict[str, Any] = {}
     exponents: list[bool] = []
 
-    def walk(jaxpr: Any) -> None:
-        constants = set(map(id, jaxpr.constvars))
+    def walk(jaxpr: Any, consts: dict[int, Any]) -> None:
         for eqn in jaxpr.eqns:
             if eqn.primitive.name in _APPROXIMATE:
                 counts[eqn.primitive.name] = counts.get(eqn.primitive.name, 0) + 1
             if eqn.primitive.name == "pow":
                 exponent = eqn.invars[1]
-                exponents.append(type(exponent).__name__ == "Literal" or id(exponent) in constants)
-            for value in eqn.params.values():
-                for sub in value if isinstance(value, (tuple, list)) else (value,):
+                value = exponent.val if type(exponent).__name__ == "Literal" else consts.get(id(exponent))
+                exponents.append(value is not None and _specialized(value))
+            for param in eqn.params.values():
+                for sub in param if isinstance(param, (tuple, list)) else (param,):
                     inner = getattr(sub, "jaxpr", sub)
                     if hasattr(inner, "eqns"):
-                        walk(inner)
+                        walk(inner, dict(zip(map(id, inner.constvars), getattr(sub, "consts", ()))))
 
-    walk(closed.jaxpr)
-    if exponents:
-        counts["pow exponents constant"] = tuple(exponents)
+    walk(closed.jaxpr, dict(zip(map(id, closed.jaxpr.constvars), closed.consts)))
+    if any(exponents):
+        counts["pow by a specialized constant"] = tuple(exponents)
     return counts
+
+
+def _specialized(value: Any) -> bool:
+    x = np.asarray(value)
+    return x.size > 0 and bool(np.all(np.isin(x, list(_SPECIALIZED_EXPONENTS))))
 
 
 def close(a: Any, b: Any) -> bool:
@@ -370,15 +383,6 @@ def _evaluate(jaxpr: Any, consts: list[Any], args: list[Any]) -> list[Any]:
 
 def _apply(eqn: Any, inputs: list[Any], constants: frozenset[int] = frozenset()) -> list[Any]:
     name, params = eqn.primitive.name, eqn.params
-    if (
-        name == "div"
-        and _is_constant(eqn.invars[1], constants)
-        and np.issubdtype(eqn.outvars[0].aval.dtype, np.floating)
-    ):
-        # XLA divides by a constant as a multiplication by its reciprocal.
-        x, c = inputs
-        dtype = eqn.outvars[0].aval.dtype
-        return [np.multiply(x, np.divide(np.asarray(1, dtype), c)).astype(dtype)]
     rule = _RULES.get(name)
     if rule is not None and not any(_is_key(x) for x in inputs):
         out = rule(*inputs, **params)
