@@ -70,11 +70,9 @@ def _as_array(x: Any) -> Any:
 def fresh(spec: Spec, leaves: tuple[Any, ...], exact: Any) -> Any:
     """Whether the leaves are those the carried values were computed from (a bool, or traced)."""
     values = [_as_array(leaves[spec.leaf_index[n]]) for n in spec.carried_names]
-    assert spec.fingerprint_slot is not None
-    dtype, i = spec.fingerprint_slot
-    column = _as_array(exact[dtype])
-    stored = (column if _leaves.is_tracer(column) else np.asarray(column))[..., i]
-    now = _leaves.fingerprint(values, dtype)
+    stored = _as_array(exact[-1])
+    stored = stored if _leaves.is_tracer(stored) else np.asarray(stored)
+    now = _leaves.fingerprint(values, spec.carried_dtypes[-1])
     if _leaves.is_tracer(now) or _leaves.is_tracer(stored):
         return jnp.all(now == stored)
     return bool(np.array_equal(np.asarray(now), np.asarray(stored)))
@@ -85,13 +83,8 @@ def carried(spec: Spec, leaves: tuple[Any, ...], exact: Any) -> dict[Any, tuple[
     if exact is None:
         return {}
     ok = fresh(spec, leaves, exact)
-    columns = {dtype: _as_array(exact[dtype]) for dtype, _ in spec.groups}
-    out = {}
-    for expr in spec.carried:
-        dtype, i = spec.slots[expr]
-        # Weakly typed, as the Python number it stands for (bf16 parameters).
-        out[expr] = (_leaves.weak(columns[dtype][..., i]), ok)
-    return out
+    # Weakly typed, as the Python number each stands for (bf16 parameters).
+    return {expr: (_leaves.weak(_as_array(x)), ok) for expr, x in zip(spec.carried, exact)}
 
 
 def _call(spec: Spec, leaves: tuple[Any, ...], exact: Any = None) -> tuple[Any, Any]:

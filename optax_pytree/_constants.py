@@ -69,7 +69,9 @@ def _is_array(x: Any) -> bool:
     return isinstance(x, (jax.Array, int, float, complex)) or hasattr(x, "__array__")
 
 
-def _evaluate(jaxpr: Any, consts: list[Any], args: list[Any], derived_in: list[bool]) -> tuple[list[Any], list[bool]]:
+def _evaluate(
+    jaxpr: Any, consts: list[Any], args: list[Any], derived_in: list[bool]
+) -> tuple[list[Any], list[bool]]:
     """The outputs of ``jaxpr``, and which are values of the hyperparameters alone."""
     env: dict[Any, Any] = {}
     derived: set[Any] = set()

@@ -90,36 +90,30 @@ def weak(x: Any) -> Any:
 
 
 @functools.lru_cache(maxsize=256)
-def _exact_maker(n: int, groups: tuple[tuple[str, int], ...], of: tuple[int, ...], into: str):
+def _exact_maker(n: int, dtypes: tuple[str, ...], of: tuple[int, ...]):
     """One jitted call making a wrap's leaves and its ``exact`` child from Python numbers.
 
-    ``n`` arguments, then the host values of each group; the fingerprint of
-    arguments ``of`` (see :func:`fingerprint`) goes last into group ``into``.
+    ``n`` arguments, then the host values of the carried expressions; the
+    fingerprint of arguments ``of`` (see :func:`fingerprint`) comes last.
     Compiled once per layout, like the converter of :func:`to_leaves`.
     """
 
     def make(*xs: Any) -> Any:
-        args, pos, exact = xs[:n], n, {}
-        for dtype, size in groups:
-            column = list(xs[pos : pos + size])
-            pos += size
-            if dtype == into:
-                column.append(fingerprint([args[i] for i in of], dtype))
-            exact[dtype] = jnp.stack([jnp.asarray(x, dtype) for x in column])
-        return (*args, *exact.values())
+        args = xs[:n]
+        exact = [jnp.asarray(x, d) for x, d in zip(xs[n:], dtypes)]
+        exact.append(fingerprint([args[i] for i in of], dtypes[-1]))
+        return (*args, *(weak(x) for x in exact))
 
     return jax.jit(make)
 
 
 def make_exact(
-    args: list[Any], groups: tuple[tuple[str, list[Any]], ...], of: tuple[int, ...], into: str
-) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    args: list[Any], hosts: list[Any], dtypes: tuple[str, ...], of: tuple[int, ...]
+) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     """The leaves of Python-number arguments and the ``exact`` child, in one dispatch."""
-    layout = tuple((d, len(v)) for d, v in groups)
-    flat = [x for _, values in groups for x in values]
-    out = _exact_maker(len(args), layout, of, into)(*args, *flat)
+    out = _exact_maker(len(args), dtypes, of)(*args, *hosts)
     n = len(args)
-    return out[:n], dict(zip((d for d, _ in groups), out[n:]))
+    return out[:n], tuple(out[n:])
 
 
 def to_leaves(values: dict[str, Any]) -> dict[str, Any]:

@@ -34,11 +34,11 @@ class Spec:
     __slots__ = (
         "analysis",
         "carried",
+        "carried_dtypes",
+        "carried_index",
         "carried_names",
         "config_key",
         "detected",
-        "fingerprint_slot",
-        "groups",
         "guarded",
         "guards",
         "hash",
@@ -54,7 +54,6 @@ class Spec:
         "options",
         "outcomes",
         "roles",
-        "slots",
         "static",
         "templates",
         "tracked",
@@ -89,24 +88,15 @@ class Spec:
         compared = frozenset().union(*(_guard.key_names(k) for k, _ in self.guards))
         self.guarded = tuple(n for n in self.tracked if n in compared)
         # Exactness (see _guard.Guarded.exact): the expressions whose host
-        # values the object carries, in one array per dtype (the leaves of its
-        # ``exact`` child, ``.exact['float32']``), with, in the default float
-        # array, the fingerprint of the arguments they were computed from.
+        # values the object carries, one scalar leaf each (its ``exact``
+        # child, ``.exact[i]``), then the fingerprint of the arguments they
+        # were computed from; ``carried_dtypes`` their dtypes, in that order.
         self.carried = tuple(e for e, _ in analysis.carried)
         names = frozenset().union(*(_guard.names_in(e) for e in self.carried))
         self.carried_names = tuple(n for n in self.tracked if n in names)
-        groups: dict[str, int] = {}
-        self.slots = {}  # expression -> (dtype name, index)
-        for expr, dtype in analysis.carried:
-            self.slots[expr] = (dtype, groups.get(dtype, 0))
-            groups[dtype] = groups.get(dtype, 0) + 1
-        if self.carried:
-            default = np.dtype(jax.dtypes.canonicalize_dtype(np.float64)).name
-            self.fingerprint_slot = (default, groups.get(default, 0))
-            groups[default] = groups.get(default, 0) + 1
-        else:
-            self.fingerprint_slot = None
-        self.groups = tuple(groups.items())  # (dtype name, size)
+        self.carried_index = {e: i for i, e in enumerate(self.carried)}
+        default = np.dtype(jax.dtypes.canonicalize_dtype(np.float64)).name
+        self.carried_dtypes = (*(d for _, d in analysis.carried), default) if self.carried else ()
         self.keep = frozenset(n for n, m in analysis.modes.items() if m == KEEP)
         self.undecided = analysis.undecided
         self.leaf_names = tuple(n for n, r in roles.items() if r != STATIC)

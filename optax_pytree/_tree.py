@@ -396,7 +396,7 @@ _flatten = operator.attrgetter("_flat")
 
 
 # The carried host values and the fingerprint of the leaves they were
-# computed from (``.exact['float32']``): leaves too, so that they follow the
+# computed from (``.exact[i]``): leaves too, so that they follow the
 # object through jit, vmap (a batch's members' own), scan and checkpoints;
 # their cotangents under jax.grad are zero.
 _EXACT_KEY = jax.tree_util.GetAttrKey("exact")

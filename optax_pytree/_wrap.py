@@ -233,17 +233,17 @@ def _host_values(spec: _spec.Spec, base: dict[str, Any], kept: Any = None) -> di
 
 
 def _carried_values(spec: _spec.Spec, hosts: dict[Any, Any], leaves: tuple[Any, ...]) -> Any:
-    """The object's ``exact`` child (one array per dtype, ``.exact['float32']``), in general."""
-    columns: dict[str, list[Any]] = {dtype: [None] * size for dtype, size in spec.groups}
-    for expr, host in hosts.items():
-        dtype, i = spec.slots[expr]
-        columns[dtype][i] = host
-    assert spec.fingerprint_slot is not None
-    dtype, i = spec.fingerprint_slot
-    columns[dtype][i] = _leaves.fingerprint([leaves[spec.leaf_index[n]] for n in spec.carried_names], dtype)
-    if any(_leaves.is_tracer(x) for column in columns.values() for x in column):
-        return {d: jnp.stack([jnp.asarray(x, d) for x in column], axis=-1) for d, column in columns.items()}
-    return {d: jnp.asarray(np.stack(np.broadcast_arrays(*c), axis=-1).astype(d)) for d, c in columns.items()}
+    """The object's ``exact`` child (a scalar leaf per expression, then the fingerprint), in general."""
+    values = [hosts[e] for e in spec.carried]
+    values.append(
+        _leaves.fingerprint([leaves[spec.leaf_index[n]] for n in spec.carried_names], spec.carried_dtypes[-1])
+    )
+    out = []
+    for x, dtype in zip(values, spec.carried_dtypes):
+        if not _leaves.is_tracer(x):
+            x = np.asarray(x).astype(dtype)
+        out.append(_leaves.weak(jnp.asarray(x, dtype)))
+    return tuple(out)
 
 
 def _host(x: Any) -> Any:
@@ -264,9 +264,8 @@ def _kept_values(kept: Any, spec: _spec.Spec) -> dict[Any, Any]:
         return {}
     out = {}
     for expr in core.spec.carried:
-        if expr in spec.slots and not _guard.names_in(expr) & changed:
-            dtype, i = core.spec.slots[expr]
-            value = np.asarray(core.exact[dtype])[..., i]
+        if expr in spec.carried_index and not _guard.names_in(expr) & changed:
+            value = np.asarray(core.exact[core.spec.carried_index[expr]])
             out[expr] = value.item() if value.ndim == 0 else value
     return out
 
@@ -361,15 +360,9 @@ def make(
         type(h) in _PYTHON_NUMBERS for h in hosts.values()
     ):
         # The common case (wrap, replace with Python numbers): one dispatch.
-        assert spec.fingerprint_slot is not None
-        into = spec.fingerprint_slot[0]
-        columns: dict[str, list[Any]] = {d: [None] * (size - (d == into)) for d, size in spec.groups}
-        for expr, host in hosts.items():
-            dtype, i = spec.slots[expr]
-            columns[dtype][i] = host
         of = tuple(dynamic.index(n) for n in spec.carried_names)
         converted, exact = _leaves.make_exact(
-            [values[n] for n in dynamic], tuple(columns.items()), of, into
+            [values[n] for n in dynamic], [hosts[e] for e in spec.carried], spec.carried_dtypes, of
         )
         by_name = dict(zip(dynamic, converted))
         leaves = tuple(by_name[n] if n in by_name else values[n] for n in spec.leaf_names)

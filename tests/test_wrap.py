@@ -194,10 +194,17 @@ def test_flatten_with_path_names_each_leaf() -> None:
         ".args[1].learning_rate.end_value",
         ".args[1].learning_rate.transition_steps",  # compared with 0 in Python: guarded
         ".args[1].learning_rate.transition_begin",
+        # The host values of what the factory computes in Python before it
+        # meets an array (``end_value - init_value``), then their fingerprint.
+        ".args[1].learning_rate.exact[0]",
+        ".args[1].learning_rate.exact[1]",
         ".args[1].b1",
         ".args[1].b2",
         ".args[1].eps",
         ".args[1].eps_root",
+        ".args[1].exact[0]",  # 1 - b1
+        ".args[1].exact[1]",  # 1 - b2
+        ".args[1].exact[2]",
     ]
 
 
