@@ -119,6 +119,16 @@ def _short(x: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def _owns(leaf_path: str, prefix: str) -> bool:
+    """Whether ``leaf_path`` is a carried host value (``.exact[i]``) of an object on the way to ``prefix``.
+
+    Those are computed from the object's arguments (see ``Guarded.exact``):
+    a member's own, not the base's.
+    """
+    owner, found, _ = leaf_path.rpartition(".exact[")
+    return bool(found) and (owner == "" or _under(prefix, owner))
+
+
 def _under(leaf_path: str, prefix: str) -> bool:
     return leaf_path == prefix or (leaf_path.startswith(prefix) and leaf_path[len(prefix)] in ".[")
 
@@ -503,7 +513,9 @@ def grid(
         members = [_set(tx, parsed[path], v, path) for v in vals]
         for v, member in zip(vals, members):
             _check_same_static(tx, member, f"optax_pytree.grid: the member with {path}={v!r}", "tx")
-        positions = [j for j, lp in enumerate(leaf_paths) if _under(lp, prefixes[path])]
+        positions = [
+            j for j, lp in enumerate(leaf_paths) if _under(lp, prefixes[path]) or _owns(lp, prefixes[path])
+        ]
         columns = list(zip(*(jax.tree_util.tree_leaves(m) for m in members)))
         stacked = _stack_leaves(
             [leaf_paths[j] for j in positions], [columns[j] for j in positions], "optax_pytree.grid"
@@ -515,15 +527,35 @@ def grid(
     n = math.prod(sizes)
     # Member m's index along each axis (first axis slowest, as itertools.product).
     which = np.indices(sizes).reshape(len(sizes), n) if sizes else np.zeros((0, 1), int)
+    labels = [dict(zip(given, combo)) for combo in itertools.product(*axis_values)]
+    # A carried host value computed from arguments of two axes (the
+    # fingerprint of ``learning_rate`` and ``b1``) is each member's own.
+    joint = [j for j in range(len(flat)) if sum(j in stacked for stacked in axis_leaves) > 1]
+    if joint:
+        members = []
+        for label in labels:
+            member = tx
+            for path, v in label.items():
+                member = _set(member, parsed[path], v, path)
+            members.append(jax.tree_util.tree_leaves(member))
+        columns = [[m[j] for m in members] for j in joint]
+        for j, stacked in zip(
+            joint, _stack_leaves([leaf_paths[j] for j in joint], columns, "optax_pytree.grid")
+        ):
+            for a in axis_leaves:
+                a.pop(j, None)
+            axis_leaves[0][j] = stacked
     leaves = []
     for j, (_, leaf) in enumerate(flat):
+        if j in joint:
+            leaves.append(axis_leaves[0][j])
+            continue
         for a, stacked in enumerate(axis_leaves):
             if j in stacked:
                 leaves.append(jnp.take(stacked[j], which[a], axis=0))
                 break
         else:
             leaves.append(jnp.broadcast_to(leaf, (n, *jnp.shape(leaf))))
-    labels = [dict(zip(given, combo)) for combo in itertools.product(*axis_values)]
     return jax.tree_util.tree_unflatten(treedef, leaves), labels
 
 
