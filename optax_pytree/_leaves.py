@@ -235,31 +235,36 @@ def as_python(x: Any) -> Any:
     return x
 
 
-def fingerprint(leaves: list[Any], dtype: Any) -> Any:
-    """What a carried value remembers of the leaves it was computed from.
+FINGERPRINT_DTYPE = "uint32"
+
+
+def fingerprint(leaves: list[Any], dtype: Any = FINGERPRINT_DTYPE) -> Any:
+    """What a carried value remembers of the leaves it was computed from: a hash of their bits.
 
     Not the leaves themselves: ``jax.tree.map(lambda x: x / 2, tx)`` would
     change a copy as it changes the leaf, and the copy would still match.
-    The sum of their reciprocals (bitwise complements for integers), in
-    ``dtype``, computed with the same float operations on the host (NumPy)
-    and in traced code (JAX), does not follow a map that is not the
-    identity, so a carried value is seen to be stale.
+    A hash of their bit patterns (unsigned 32-bit integer arithmetic, the
+    same wrap-around on the host with NumPy and in traced code) is itself a
+    leaf that a map changes otherwise (or, for a map of floats only, not
+    at all), so a carried value is seen to be stale. Elementwise over a
+    batch of values.
     """
     traced = any(is_tracer(x) for x in leaves)
     xp: Any = jnp if traced else np
-    total = xp.zeros((), dtype)
+    h = xp.asarray(0x9E3779B9, dtype)
     with np.errstate(all="ignore"):
         for x in leaves:
             x = x if traced else np.asarray(x)
-            if xp.issubdtype(x.dtype, xp.integer):
-                term = (~x).astype(dtype)
+            if xp.issubdtype(x.dtype, xp.complexfloating):
+                parts = [xp.real(x), xp.imag(x)]
             else:
-                term = xp.asarray(1, x.dtype) / x
-                if xp.issubdtype(x.dtype, xp.complexfloating):
-                    term = xp.real(term) + xp.imag(term)
-                term = term.astype(dtype)
-            total = total + term
-    return total
+                parts = [x]
+            for part in parts:
+                part = part.astype(xp.float32 if xp.issubdtype(part.dtype, xp.floating) else xp.int32)
+                bits = jax.lax.bitcast_convert_type(part, jnp.uint32) if traced else part.view(np.uint32)
+                h = (h ^ bits) * xp.asarray(0x01000193, dtype)
+                h = h ^ (h >> xp.asarray(15, dtype))
+    return h
 
 
 def given_type(x: Any) -> Any:

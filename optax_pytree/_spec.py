@@ -19,9 +19,8 @@ import threading
 from typing import Any
 
 import jax
-import numpy as np
 
-from . import _bind, _guard, _static
+from . import _bind, _guard, _leaves, _static
 from ._bind import FactoryInfo
 from ._classify import CHILD, DYNAMIC, STATIC, Classified, Options, Template
 from ._detect import KEEP, Analysis
@@ -95,8 +94,8 @@ class Spec:
         names = frozenset().union(*(_guard.names_in(e) for e in self.carried))
         self.carried_names = tuple(n for n in self.tracked if n in names)
         self.carried_index = {e: i for i, e in enumerate(self.carried)}
-        default = np.dtype(jax.dtypes.canonicalize_dtype(np.float64)).name
-        self.carried_dtypes = (*(d for _, d in analysis.carried), default) if self.carried else ()
+        fingerprint = _leaves.FINGERPRINT_DTYPE
+        self.carried_dtypes = (*(d for _, d in analysis.carried), fingerprint) if self.carried else ()
         self.keep = frozenset(n for n, m in analysis.modes.items() if m == KEEP)
         self.undecided = analysis.undecided
         self.leaf_names = tuple(n for n, r in roles.items() if r != STATIC)
