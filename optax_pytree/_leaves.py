@@ -235,7 +235,9 @@ def as_python(x: Any) -> Any:
     return x
 
 
-FINGERPRINT_DTYPE = "uint32"
+# A float leaf (``jax.grad`` with respect to a wrapped object takes float
+# leaves only): the hash's low 24 bits, which float32 holds exactly.
+FINGERPRINT_DTYPE = "float32"
 
 
 def fingerprint(leaves: list[Any], dtype: Any = FINGERPRINT_DTYPE) -> Any:
@@ -243,7 +245,7 @@ def fingerprint(leaves: list[Any], dtype: Any = FINGERPRINT_DTYPE) -> Any:
 
     Not the leaves themselves: ``jax.tree.map(lambda x: x / 2, tx)`` would
     change a copy as it changes the leaf, and the copy would still match.
-    A hash of their bit patterns (unsigned 32-bit integer arithmetic, the
+    A hash of their bit patterns (32-bit integer arithmetic, the
     same wrap-around on the host with NumPy and in traced code) is itself a
     leaf that a map changes otherwise (or, for a map of floats only, not
     at all), so a carried value is seen to be stale. Elementwise over a
@@ -251,7 +253,7 @@ def fingerprint(leaves: list[Any], dtype: Any = FINGERPRINT_DTYPE) -> Any:
     """
     traced = any(is_tracer(x) for x in leaves)
     xp: Any = jnp if traced else np
-    h = xp.asarray(0x9E3779B9, dtype)
+    h = xp.asarray(0x1E3779B9, xp.int32)
     with np.errstate(all="ignore"):
         for x in leaves:
             x = x if traced else np.asarray(x)
@@ -261,10 +263,10 @@ def fingerprint(leaves: list[Any], dtype: Any = FINGERPRINT_DTYPE) -> Any:
                 parts = [x]
             for part in parts:
                 part = part.astype(xp.float32 if xp.issubdtype(part.dtype, xp.floating) else xp.int32)
-                bits = jax.lax.bitcast_convert_type(part, jnp.uint32) if traced else part.view(np.uint32)
-                h = (h ^ bits) * xp.asarray(0x01000193, dtype)
-                h = h ^ (h >> xp.asarray(15, dtype))
-    return h
+                bits = jax.lax.bitcast_convert_type(part, jnp.int32) if traced else part.view(np.int32)
+                h = (h ^ bits) * xp.asarray(0x01000193, xp.int32)
+                h = h ^ (h >> xp.asarray(15, xp.int32))
+    return (h & xp.asarray(0xFFFFFF, xp.int32)).astype(xp.float32)
 
 
 def given_type(x: Any) -> Any:
