@@ -259,6 +259,7 @@ class _Wrapped(Wrapped):
                 tuple(sorted(options.static)),
                 tuple(sorted(options.dynamic)),
                 None if options.dynamic_only is None else tuple(sorted(options.dynamic_only)),
+                self._core.exact,
             ),
         )
 
@@ -489,6 +490,7 @@ def _rebuild(
     static_argnames: tuple[str, ...],
     dynamic_argnames: tuple[str, ...],
     dynamic_only: tuple[str, ...] | None = None,
+    exact: Any = None,
 ) -> Any:
     from . import _wrap
 
@@ -500,7 +502,23 @@ def _rebuild(
         frozenset(dynamic_argnames),
         None if dynamic_only is None else frozenset(dynamic_only),
     )
-    return _wrap.make(info, arguments, options)
+    obj = _wrap.make(info, arguments, options)
+    return _with_exact(obj, exact)
+
+
+def _with_exact(obj: Any, exact: Any) -> Any:
+    """``obj`` with the carried host values it was saved with, where they are its leaves' (not stale).
+
+    Rebuilt from its leaves alone, an object computes them from float32
+    values, not from the Python numbers it was made from.
+    """
+    core = obj._core
+    if exact is None or core.exact is None or len(exact) != len(core.exact):
+        return obj
+    exact = tuple(_restored_leaf(old, x) for old, x in zip(core.exact, exact))
+    if _build.fresh(core.spec, core.leaves, exact) is not True:
+        return obj
+    return new(core.spec, core.leaves, exact, core.python)
 
 
 __all__ = ["PyTreeSchedule", "PyTreeTransformation", "is_wrapped", "name_of"]
@@ -558,7 +576,13 @@ def _flax_state_dict(w: Any) -> dict[str, Any]:
     from flax import serialization
 
     core = w._core
-    return {n: serialization.to_state_dict(x) for n, x in zip(core.spec.leaf_names, core.leaves)}
+    out = {n: serialization.to_state_dict(x) for n, x in zip(core.spec.leaf_names, core.leaves)}
+    if core.exact is not None:  # the carried host values (see Guarded.exact)
+        out[_EXACT] = {str(i): serialization.to_state_dict(x) for i, x in enumerate(core.exact)}
+    return out
+
+
+_EXACT = "exact"
 
 
 def _flax_restore(target: Any, state_dict: Any) -> Any:
@@ -575,6 +599,9 @@ def _flax_restore(target: Any, state_dict: Any) -> Any:
 
     core = target._core
     spec = core.spec
+    saved_exact = state_dict.get(_EXACT) if isinstance(state_dict, dict) else None
+    if saved_exact is not None:
+        state_dict = {k: v for k, v in state_dict.items() if k != _EXACT}
     if not isinstance(state_dict, dict) or set(state_dict) != set(spec.leaf_names):
         got = sorted(state_dict) if isinstance(state_dict, dict) else type(state_dict).__name__
         raise ValueError(
@@ -588,9 +615,18 @@ def _flax_restore(target: Any, state_dict: Any) -> Any:
         if spec.roles[name] == DYNAMIC:
             value = _restored_leaf(old, value)
         leaves.append(value)
-    restored = new(spec, tuple(leaves))
+    exact = None
+    if core.exact is not None and isinstance(saved_exact, dict) and len(saved_exact) == len(core.exact):
+        exact = tuple(
+            _restored_leaf(old, serialization.from_state_dict(old, saved_exact[str(i)], name=str(i)))
+            for i, old in enumerate(core.exact)
+        )
+    restored = new(spec, tuple(leaves), exact)
     if spec.guarded and all(np.ndim(leaves[spec.leaf_index[n]]) == 0 for n in spec.guarded):
-        return restored.replace()  # re-checked: another branch is another configuration
+        # Re-checked: another branch is another configuration.
+        return _with_exact(restored.replace(), exact)
+    if spec.carried and exact is None:
+        return restored.replace()  # saved without carried values: computed again
     return restored
 
 
