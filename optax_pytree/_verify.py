@@ -124,7 +124,7 @@ _APPROXIMATE = frozenset(
 _SPECIALIZED_EXPONENTS = frozenset((2.0, 3.0, 0.5, -1.0))
 
 
-def approximate_ops(closed: Any) -> dict[str, Any]:
+def approximate_ops(closed: Any, params: Any = None) -> dict[str, Any]:
     """How many of each not-correctly-rounded primitive a jaxpr has (sub-jaxprs included).
 
     With, for ``pow``, which exponents are constants XLA specializes (see
@@ -135,8 +135,16 @@ def approximate_ops(closed: Any) -> dict[str, Any]:
     counts: dict[str, Any] = {}
     exponents: list[bool] = []
 
-    def walk(jaxpr: Any, consts: dict[int, Any]) -> None:
+    def walk(jaxpr: Any, consts: dict[int, Any], inputs: tuple[Any, ...] = ()) -> None:
+        # Values of the inputs (the wrapped build's leaves) alone are the
+        # host arithmetic of carried expressions, replaced by their host
+        # values: not counted (the factory's program has them as constants).
+        derived = set(map(id, inputs))
         for eqn in jaxpr.eqns:
+            alone = all(type(v).__name__ == "Literal" or id(v) in derived for v in eqn.invars)
+            if alone:
+                derived.update(map(id, eqn.outvars))
+                continue
             if eqn.primitive.name in _APPROXIMATE:
                 counts[eqn.primitive.name] = counts.get(eqn.primitive.name, 0) + 1
             if eqn.primitive.name == "pow":
@@ -149,7 +157,14 @@ def approximate_ops(closed: Any) -> dict[str, Any]:
                     if hasattr(inner, "eqns"):
                         walk(inner, dict(zip(map(id, inner.constvars), getattr(sub, "consts", ()))))
 
-    walk(closed.jaxpr, dict(zip(map(id, closed.jaxpr.constvars), closed.consts)))
+    # The hyperparameters' own values: the inputs (leaves) and the constants
+    # of the program (what the factory computed from them in Python), but
+    # not the parameters (constants of both programs too).
+    data = {id(x) for x in jax.tree_util.tree_leaves(params)}
+    own = [v for v, c in zip(closed.jaxpr.constvars, closed.consts) if id(c) not in data]
+    walk(
+        closed.jaxpr, dict(zip(map(id, closed.jaxpr.constvars), closed.consts)), (*closed.jaxpr.invars, *own)
+    )
     if any(exponents):
         counts["pow by a specialized constant"] = tuple(exponents)
     return counts

@@ -210,7 +210,10 @@ def _difference(
         return f"{_FAILS}{type(e).__name__}: {_build.first_line(str(e))}"
     if isinstance(reference, Exception):
         return f"the factory fails with the Python values ({type(reference).__name__}) but not wrapped"
-    ops, reference_ops = _verify.approximate_ops(jaxpr), _verify.approximate_ops(reference_jaxpr)
+    ops, reference_ops = (
+        _verify.approximate_ops(jaxpr, params),
+        _verify.approximate_ops(reference_jaxpr, params),
+    )
     if ops != reference_ops:
         return f"it computes with {ops} where the factory computes with {reference_ops}"
     return _verify.difference(reference, got, exact=True)
