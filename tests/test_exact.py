@@ -1,0 +1,82 @@
+"""Exact numbers (issue 16): plain optax's, bit for bit, with every hyperparameter dynamic.
+
+A real training run: a small classifier on scikit-learn's digits, ``adamw``
+with a wrapped ``warmup_cosine_decay_schedule``, the optimizer state a jit
+input (as in a training loop: initialized outside, each step one call).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import chex
+import jax
+import jax.numpy as jnp
+import optax
+import pytest
+
+import optax_pytree as opx
+
+sklearn_datasets = pytest.importorskip("sklearn.datasets")
+
+STEPS = 40
+BATCH = 120
+
+
+@pytest.fixture(scope="module")
+def digits() -> tuple[Any, Any]:
+    data = sklearn_datasets.load_digits()
+    return jnp.asarray(data.data[:1200] / 16.0, jnp.float32), jnp.asarray(data.target[:1200])
+
+
+def _init(key: Any) -> Any:
+    k1, k2 = jax.random.split(key)
+    return {
+        "w1": jax.random.normal(k1, (64, 32)) * 0.1,
+        "b1": jnp.zeros(32),
+        "w2": jax.random.normal(k2, (32, 10)) * 0.1,
+        "b2": jnp.zeros(10),
+    }
+
+
+def _loss(p: Any, x: Any, y: Any) -> Any:
+    logits = jax.nn.relu(x @ p["w1"] + p["b1"]) @ p["w2"] + p["b2"]
+    return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+
+
+def _optimizer(peak: float, w: Any) -> Any:
+    return w(optax.adamw, w(optax.warmup_cosine_decay_schedule, 0.0, peak, 5, STEPS), weight_decay=1e-4)
+
+
+def _plain(f: Any, *args: Any, **kwargs: Any) -> Any:
+    return f(*args, **kwargs)
+
+
+def _train(tx: Any, params: Any, state: Any, x: Any, y: Any) -> Any:
+    def body(carry: Any, i: Any) -> Any:
+        p, s = carry
+        xb = jax.lax.dynamic_slice_in_dim(x, (i % 10) * BATCH, BATCH)
+        yb = jax.lax.dynamic_slice_in_dim(y, (i % 10) * BATCH, BATCH)
+        updates, s = tx.update(jax.grad(_loss)(p, xb, yb), s, p)
+        return (optax.apply_updates(p, updates), s), None
+
+    (params, _), _ = jax.lax.scan(body, (params, state), jnp.arange(STEPS))
+    return params
+
+
+def test_adamw_warmup_cosine_on_digits_is_plain_optax_bit_for_bit(digits: Any) -> None:
+    x, y = digits
+    params = _init(jax.random.key(0))
+    traces = []
+
+    def wrapped_train(tx: Any, params: Any, state: Any) -> Any:
+        traces.append(1)
+        return _train(tx, params, state, x, y)
+
+    step = jax.jit(wrapped_train)
+    for peak in (0.003, 0.01, 0.02, 0.05):
+        plain = _optimizer(peak, _plain)
+        expected = jax.jit(lambda p, s, plain=plain: _train(plain, p, s, x, y))(params, plain.init(params))
+        tx = _optimizer(peak, opx.wrap)
+        chex.assert_trees_all_equal(step(tx, params, tx.init(params)), expected)
+    assert len(traces) == 1
