@@ -23,6 +23,7 @@ plain program is not rewritten either.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -35,10 +36,22 @@ from ._leaves import is_tracer
 _INLINED = frozenset(("pjit", "jit", "closed_call", "core_call"))
 
 
+def _xla_simplifies() -> bool:
+    """Whether XLA's algebraic simplifier runs (``XLA_FLAGS`` can disable it: then neither do we)."""
+    for flag in os.environ.get("XLA_FLAGS", "").split():
+        name, _, value = flag.partition("=")
+        if name == "--xla_disable_hlo_passes" and "algsimp" in value.split(","):
+            return False
+    return True
+
+
+_REWRITE = _xla_simplifies()
+
+
 def call(fn: Callable[..., Any], hyper: Any, *args: Any, **kwargs: Any) -> Any:
     """``fn(hyper, *args, **kwargs)``, dividing by values of ``hyper`` alone as by constants."""
     hyper_flat, hyper_tree = jax.tree_util.tree_flatten(hyper)
-    if not any(is_tracer(x) for x in hyper_flat):
+    if not _REWRITE or not any(is_tracer(x) for x in hyper_flat):
         return fn(hyper, *args, **kwargs)
     flat, tree = jax.tree_util.tree_flatten((args, kwargs))
     # Arrays are inputs of the jaxpr; anything else (a loss function given

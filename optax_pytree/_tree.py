@@ -124,6 +124,19 @@ class _Wrapped(Wrapped):
         return tuple(n for n, r in spec.roles.items() if r == STATIC)
 
     @property
+    def exact(self) -> tuple[Any, ...]:
+        """The host values of what the factory computes from its arguments in Python, and their fingerprint.
+
+        optax computes ``1 - b2`` in Python, in double precision, before it
+        meets an array; these leaves hold such values for this object's
+        arguments (computed when it was made), so that it computes exactly
+        plain optax's numbers. Empty when the factory does no such arithmetic.
+        Leaves like the arguments (``tx.exact[i]`` in key paths); under
+        ``jax.grad`` their cotangents are zero.
+        """
+        return self._core.exact or ()
+
+    @property
     def detected_static_argnames(self) -> tuple[str, ...]:
         """Numeric arguments that automatic detection found must be static."""
         return self._core.spec.detected

@@ -158,7 +158,17 @@ def test_wrapped_transformation_alone_through_flax() -> None:
     # The state dict names the arguments, and children by their place.
     state_dict = serialization.to_state_dict(tx)
     assert set(state_dict) == {"args"}
-    assert set(state_dict["args"]["1"]) == {"learning_rate", "b1", "b2", "eps", "eps_root", "weight_decay"}
+    assert set(state_dict["args"]["1"]) == {
+        "learning_rate",
+        "b1",
+        "b2",
+        "eps",
+        "eps_root",
+        "weight_decay",
+        "exact",
+    }
+    # With the host values of what adamw computes from them in Python (1 - b1, 1 - b2, ...).
+    assert set(state_dict["args"]["1"]["exact"]) == {str(i) for i in range(len(tx.args[1].exact))}
     assert float(state_dict["args"]["1"]["learning_rate"]["init_value"]) == pytest.approx(0.05)
 
 
