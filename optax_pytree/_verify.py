@@ -414,6 +414,8 @@ def _apply(eqn: Any, inputs: list[Any], constants: frozenset[int] = frozenset())
         return _evaluate(branch.jaxpr, list(branch.consts), operands)
     if name == "while":
         return _while(params, inputs)
+    if name == "scan":  # with NumPy too: a loop of a static length is a scan, of a traced one a while
+        return _scan(eqn, inputs)
     # Anything else: JAX's own implementation, eagerly.
     args = [jnp.asarray(x) if isinstance(x, (np.ndarray, np.generic)) else x for x in inputs]
     out = eqn.primitive.bind(*args, **params)
@@ -426,6 +428,25 @@ def _is_constant(v: Any, constants: frozenset[int]) -> bool:
 
 def _is_key(x: Any) -> bool:
     return isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
+def _scan(eqn: Any, inputs: list[Any]) -> list[Any]:
+    params = eqn.params
+    nc, ncarry, body = params["num_consts"], params["num_carry"], params["jaxpr"]
+    consts, carry, xs = inputs[:nc], inputs[nc : nc + ncarry], inputs[nc + ncarry :]
+    steps = range(params["length"])
+    ys: list[list[Any]] = []
+    for i in reversed(steps) if params["reverse"] else steps:
+        out = _evaluate(body.jaxpr, list(body.consts), [*consts, *carry, *(x[i] for x in xs)])
+        carry = out[:ncarry]
+        ys.append(out[ncarry:])
+    if params["reverse"]:
+        ys.reverse()
+    stacked = [
+        np.stack([y[j] for y in ys]) if ys else np.zeros(v.aval.shape, v.aval.dtype)
+        for j, v in enumerate(eqn.outvars[ncarry:])
+    ]
+    return [*carry, *stacked]
 
 
 def _while(params: Any, inputs: list[Any]) -> list[Any]:
