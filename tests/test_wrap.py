@@ -7,6 +7,7 @@ import pickle
 from typing import Any
 
 import equinox as eqx
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -163,8 +164,12 @@ def test_grad_wrt_learning_rate_matches_finite_differences() -> None:
     f = jax.jit(final_loss)
     fd = (f(tx.replace(learning_rate=0.05 + h)) - f(tx.replace(learning_rate=0.05 - h))) / (2 * h)
     np.testing.assert_allclose(grads.learning_rate, fd, rtol=2e-2)
-    # b1 is a leaf too.
+    # b1 is a leaf too: its gradient flows through the traced 1 - b1, whose
+    # value is the carried host one.
     assert jnp.isfinite(grads.b1) and grads.b1 != 0
+    # The carried host values are leaves of the gradient, with zero cotangents.
+    assert len(grads.exact) == len(tx.exact) == 3
+    chex.assert_trees_all_equal(grads.exact, jax.tree_util.tree_map(jnp.zeros_like, tx.exact))
 
 
 def test_scan_carries_the_optimizer() -> None:
