@@ -73,14 +73,7 @@ def run_steps(
 
     def body(carry: Any, _: Any) -> Any:
         p, s, _ = carry
-        value, grad = jax.value_and_grad(loss)(p.fast if fast else p)
-        if per_example:
-            grad = jax.tree_util.tree_map(lambda g: jnp.stack([g, 0.5 * g]), grad)
-        kwargs: dict[str, Any] = {
-            "linesearch": {"value": value, "grad": grad, "value_fn": loss},
-            "obj_fn": {"obj_fn": loss},
-            "": {},
-        }[extra]
+        grad, kwargs = _gradient(p, extra, per_example, fast)
         updates, s = tx.update(grad, s, p, **kwargs)
         return (optax.apply_updates(p, updates) if apply else p, s, updates), None
 
@@ -94,18 +87,8 @@ def run_steps(
     return carry
 
 
-def one_step(
-    tx: Any,
-    params: Any,
-    state: Any,
-    extra: str = "linesearch",
-    per_example: bool = False,
-    fast: bool = False,
-    apply: bool = True,
-    scan: bool = True,
-) -> tuple[Any, Any]:
-    """One optimizer step on :func:`loss`, as :func:`run_steps` takes them: (params, state)."""
-    del scan
+def _gradient(params: Any, extra: str, per_example: bool, fast: bool) -> tuple[Any, dict[str, Any]]:
+    """The gradient of :func:`loss` and the extra update arguments (see :func:`run_steps`)."""
     value, grad = jax.value_and_grad(loss)(params.fast if fast else params)
     if per_example:
         grad = jax.tree_util.tree_map(lambda g: jnp.stack([g, 0.5 * g]), grad)
@@ -114,6 +97,20 @@ def one_step(
         "obj_fn": {"obj_fn": loss},
         "": {},
     }[extra]
+    return grad, kwargs
+
+
+def one_step(
+    tx: Any,
+    params: Any,
+    state: Any,
+    extra: str = "linesearch",
+    per_example: bool = False,
+    fast: bool = False,
+    apply: bool = True,
+) -> tuple[Any, Any]:
+    """One optimizer step on :func:`loss`, as :func:`run_steps` takes them: (params, state)."""
+    grad, kwargs = _gradient(params, extra, per_example, fast)
     updates, state = optax.with_extra_args_support(tx).update(grad, state, params, **kwargs)
     return (optax.apply_updates(params, updates) if apply else params), state
 
@@ -128,6 +125,7 @@ def training_loop(tx: Any, params: Any, steps: int = 3, jit: bool = True, **opti
     """
     state = tx.init(params)
     wrapped = opx.PyTreeTransformation in type(tx).__mro__
+    options.pop("scan", None)  # a loop of separate calls: unrolled already
 
     def step(tx: Any, params: Any, state: Any) -> Any:
         return one_step(tx, params, state, **options)
@@ -177,7 +175,7 @@ def run_with_8_host_devices(script: str) -> str:
     )
 
 
-def run_in_fresh_python(script: str, **env_vars: str) -> str:
+def run_in_fresh_python(script: str, timeout: int = 300, **env_vars: str) -> str:
     """Runs ``script`` in a new Python process (``env_vars`` added); returns its stdout.
 
     For what one process can show only once (first imports, JAX flags). The
@@ -191,7 +189,11 @@ def run_in_fresh_python(script: str, **env_vars: str) -> str:
         ),
     }
     result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(script)], env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", textwrap.dedent(script)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
     assert result.returncode == 0, result.stdout + result.stderr[-4000:]
     return result.stdout

