@@ -329,6 +329,7 @@ class Classified:
         "forced",
         "key",
         "options",
+        "python",
         "roles",
         "templates",
         "values",
@@ -347,6 +348,7 @@ class Classified:
         # comparing it (its Python type, whether it is the default object):
         # the analyses are cached, and verified, per analysis key.
         self.analysis_key: tuple[Any, ...] = ()
+        self.python = True  # the values are the factory's arguments as they are (no child, no leaf)
         self.options: Options = NO_OPTIONS
 
 
@@ -360,12 +362,16 @@ def classify(info: FactoryInfo, arguments: dict[str, Any], options: Options) -> 
     options = options.with_marks(marked_static, marked_dynamic)
     out.options = options
     key_parts: list[Any] = []
+    given: list[Any] = []  # what a factory may decide about a candidate besides comparing it
     plain = options is NO_OPTIONS
     roles, values, candidates = out.roles, out.values, out.candidates
+    defaults = info.defaults
+    python = True  # every value a Python number or static: the factory takes them as they are
     for name, value in arguments.items():
         if plain and (type(value) is float or (type(value) is int and _leaves.fits_int_leaf(value))):
             candidates.append(name)
             key_parts.append((name, DYNAMIC, _leaves.kind_key(value)))
+            given.append((type(value), value is defaults.get(name, _NO_DEFAULT)))
             roles[name] = DYNAMIC
             values[name] = value
             continue
@@ -381,16 +387,19 @@ def classify(info: FactoryInfo, arguments: dict[str, Any], options: Options) -> 
                     "is not numeric (an int, float, complex or numeric array, or a pytree of them)"
                 )
             role = DYNAMIC
+            python = False
             out.forced.append(name)
             key_parts.append((name, "forced dynamic", _leaves.aval_key(value)))
         elif is_wrapped(value):
+            python = False
             role = CHILD
             key_parts.append((name, role, jax.tree_util.tree_structure(value)))
         elif isinstance(value, (tuple, list, dict)) and _contains_wrapped(value):
+            python = False
             role = CHILD
             out.templates[name], value = Template.split(value)
             key_parts.append((name, role, out.templates[name].key, jax.tree_util.tree_structure(value)))
-        elif _leaves.is_integer(value) and not _leaves.fits_int_leaf(value) and name not in options.dynamic:
+        elif _leaves.is_integer(value) and not _leaves.fits_int_leaf(value):
             # 10**10 steps: an int32 leaf cannot hold it, Python's int can.
             role = STATIC
             out.wide.append(name)
@@ -401,15 +410,14 @@ def classify(info: FactoryInfo, arguments: dict[str, Any], options: Options) -> 
             # Not the shape: a batch of values (a population, replaced outside
             # vmap) takes the branches of its members (checked elementwise).
             key_parts.append((name, role, _leaves.kind_key(value)))
+            given.append((_leaves.given_type(value), value is defaults.get(name, _NO_DEFAULT)))
+            python = python and type(value) in (int, float, complex)
         else:
             role = STATIC
             key_parts.append((name, role, _static.freeze(value)))
         out.roles[name] = role
         out.values[name] = value
     out.key = (info.factory, tuple(key_parts), options.key())
-    defaults = info.defaults
-    out.analysis_key = (
-        out.key,
-        tuple((_leaves.given_type(values[n]), values[n] is defaults.get(n, _NO_DEFAULT)) for n in candidates),
-    )
+    out.analysis_key = (out.key, tuple(given))
+    out.python = python
     return out

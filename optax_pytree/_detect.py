@@ -301,7 +301,7 @@ class Analysis:
         self.level: str = "build"
         self.params: Any = None
 
-    def matches(self, values: Mapping[str, Any], pyvals: Mapping[str, Any]) -> bool | None:
+    def matches(self, values: Mapping[str, Any]) -> bool | None:
         """Whether these values take this analysis' branches (None: cannot tell, traced).
 
         Python values are compared as the factory compared them; a batch of
@@ -311,7 +311,7 @@ class Analysis:
             return False
         if not self.guards:
             return True
-        env = {n: pyvals.get(n) for n in self.modes}
+        env = {n: python_value(values[n]) for n in self.modes}
         if any(v is None for v in env.values()):
             batch = {n: values[n] for n in self.modes}
             if any(is_tracer(v) for v in batch.values()):
@@ -322,17 +322,26 @@ class Analysis:
 
 def search(probe: Probe, candidates: Sequence[str], proxiable: frozenset[str]) -> Analysis | None:
     """The modes of the candidates (see the module docstring), or None if undecidable."""
-    if not probe.baseline():
-        return None
-    assert probe.level is not None
-    call_time = probe.level != "build"
     # Most factories do nothing in Python with their numbers: every candidate
     # a plain traced leaf runs, and that is the whole answer (no guards).
     # Integers go in as stand-ins all the same: Python's integer arithmetic on
     # them (``steps * steps``) is exact where the leaf's would wrap around.
+    # Most also run so at the deepest level on the first stand-in parameters:
+    # then that is the level, without a run with every candidate concrete.
     first = {n: CONSTRUCT if n in proxiable and _guard.is_int(probe.pyvals[n]) else RAW for n in candidates}
-    run = probe.run(first)
-    if run.error is None and run.ctx is not None and not run.ctx.recorded and not run.ctx.needs:
+    level, params = _LEVELS[probe.kind][0], probe.param_shapes[0]
+    run = probe.run(first, level, params)
+    plain = run.error is None and run.ctx is not None and not run.ctx.recorded and not run.ctx.needs
+    if plain:
+        probe.level, probe.params = level, params
+    elif not probe.baseline():
+        return None
+    assert probe.level is not None
+    call_time = probe.level != "build"
+    if not plain and (probe.level, probe.params) != (level, params):
+        run = probe.run(first)
+        plain = run.error is None and run.ctx is not None and not run.ctx.recorded and not run.ctx.needs
+    if plain:
         return _found(probe, Analysis(probe.kind, undecided=not call_time, values=probe.concrete))
     modes = {n: (KEEP if call_time else CONSTRUCT) if n in proxiable else RAW for n in candidates}
     run = probe.run(modes)

@@ -12,7 +12,7 @@ So every new configuration (and every new branch of one) is checked by
 differential execution: the wrapped build, with its leaves *traced* (a
 concrete array answers ``float()`` and ``str()`` like a number, a tracer does
 not), against the factory called with the Python values, on the probe's
-stand-in parameters: ``init``, two ``update`` steps with every extra argument
+stand-in parameters: ``init``, an ``update`` with every extra argument
 the probe found the transformation takes (``value``, ``grad``, ``value_fn``,
 ``obj_fn``, ``grad_fn``), or a schedule at a range of step counts (those near
 its integer arguments included). A difference makes the responsible argument
@@ -60,9 +60,18 @@ def concrete_params(shapes: Any) -> Any:
     return jax.tree_util.tree_unflatten(treedef, [leaf(i, s) for i, s in enumerate(leaves)])
 
 
+def smaller(shapes: Any) -> Any:
+    """The parameters to compare on: the probe's; for its default ranks 1 to 4 (which
+    detection needs for guards on a rank), a bias and a kernel (half the tracing)."""
+    first = _detect._default_param_shapes()  # pyright: ignore[reportPrivateUsage]
+    if jax.tree_util.tree_structure(shapes) == jax.tree_util.tree_structure(first[0]):
+        return first[1]
+    return shapes
+
+
 def counts_for(values: dict[str, Any]) -> np.ndarray:
     """Step counts for a schedule: a fixed range and each integer argument's neighbourhood."""
-    counts = set(_COUNTS)
+    counts: set[int] = set(_COUNTS)
     for v in values.values():
         if _leaves.is_integer(v) and 0 <= v < 2**31 - 2:
             counts.update(c for c in (int(v) - 1, int(v), int(v) + 1, 2 * int(v), int(v) // 2) if c >= 0)
@@ -70,14 +79,14 @@ def counts_for(values: dict[str, Any]) -> np.ndarray:
 
 
 def outputs(built: Any, kind: str, level: str, params: Any, counts: Any) -> Any:
-    """What is compared: init and two updates, or the schedule at ``counts``."""
+    """What is compared: init and an update, or the schedule at ``counts``."""
     if kind == "schedule":
         try:
             return jax.vmap(built)(counts)
         except Exception:  # noqa: BLE001 - a schedule with Python control flow on the count
             return [built(c) for c in counts]
     value = _detect._sum_of_squares(params)  # pyright: ignore[reportPrivateUsage]
-    return _detect.exercise(built, kind, level, params, counts[0], value, steps=2)
+    return _detect.exercise(built, kind, level, params, counts[0], value)
 
 
 def traced_outputs(build: Callable[[Any], Any], leaves: Any, run: Callable[[Any], Any]) -> Any:
@@ -116,8 +125,8 @@ def difference(reference: Any, got: Any, exact: bool = False, rtol: float = 1e-4
             if not (a is b or a == b):
                 return f"{where}: {b!r} instead of {a!r}"
             continue
-        if jnp.issubdtype(a.dtype, jax.dtypes.prng_key):
-            a, b = jax.random.key_data(a), jax.random.key_data(b)
+        if isinstance(a, jax.Array) and jnp.issubdtype(a.dtype, jax.dtypes.prng_key):
+            a, b = jax.random.key_data(a), jax.random.key_data(jnp.asarray(b))
         x, y = np.asarray(a), np.asarray(b)
         if x.shape != y.shape or x.dtype != y.dtype:
             want, have = _leaves.aval_text(x.shape, x.dtype), _leaves.aval_text(y.shape, y.dtype)

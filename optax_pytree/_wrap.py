@@ -21,6 +21,8 @@ from . import _bind, _build, _detect, _guard, _leaves, _spec, _tree, _verify
 from ._bind import FactoryInfo
 from ._classify import CHILD, DYNAMIC, Classified, Options, classify, make_options
 from ._detect import Analysis
+from ._tree import PyTreeSchedule as PyTreeSchedule
+from ._tree import PyTreeTransformation as PyTreeTransformation
 
 P = ParamSpec("P")
 Names = str | Iterable[str]
@@ -43,8 +45,6 @@ class Transformation(Protocol):
 Schedule = Callable[[Any], Any]
 
 # Kept importable from here: the names other modules and tests know.
-PyTreeTransformation = _tree.PyTreeTransformation
-PyTreeSchedule = _tree.PyTreeSchedule
 is_wrapped = _tree.is_wrapped
 name_of = _tree.name_of
 argument_names = _tree.argument_names
@@ -65,6 +65,8 @@ def _base(classified: Classified) -> dict[str, Any]:
     """The factory's arguments as it takes them: values as given, wrapped children built."""
     from ._build import build_child
 
+    if classified.python:
+        return classified.values  # the common case: Python numbers and static values
     base = dict(classified.values)
     for name in classified.candidates:
         base[name] = _leaves.as_python(base[name])
@@ -189,7 +191,7 @@ def _difference(
         return None  # nothing to run (the probe could not run init or a schedule)
     spec = _spec.new_spec(info, classified, analysis)
     leaves = _leaf_values(spec, classified)
-    params = _verify.concrete_params(analysis.params)
+    params = _verify.concrete_params(_verify.smaller(analysis.params))
     counts = _verify.counts_for({n: classified.values[n] for n in classified.candidates})
 
     def run(built: Any) -> Any:
@@ -197,12 +199,16 @@ def _difference(
 
     try:
         reference = _verify.reference_outputs(_verify.call_reference(info, base), run)
-    except Exception:  # noqa: BLE001 - the factory itself fails on concrete stand-ins: nothing to compare
-        return None
+    except Exception as e:  # noqa: BLE001 - compared below
+        reference = e
     try:
         got = _verify.traced_outputs(lambda lv: _build.build(spec, lv), leaves, run)
     except Exception as e:  # noqa: BLE001 - any failure of the wrapped build is a difference
+        if isinstance(reference, Exception):
+            return None  # the factory fails on these stand-in parameters too: nothing to compare
         return f"{_FAILS}{type(e).__name__}: {_build.first_line(str(e))}"
+    if isinstance(reference, Exception):
+        return f"the factory fails with the Python values ({type(reference).__name__}) but not wrapped"
     found = _verify.difference(reference, got)
     if found is None:
         return None
@@ -235,14 +241,13 @@ def _find_analysis(
 ) -> Analysis:
     """The cached analysis these values match, or a new one."""
     values = classified.values
-    pyvals = {n: _leaves.python_value(values[n]) for n in classified.candidates}
     for analysis in _spec.analyses(classified.analysis_key):
-        if analysis.matches(values, pyvals):
+        if analysis.matches(values):
             return analysis
     if previous is not None and previous.config_key == classified.key:
         # Traced values (replace inside jit) cannot be matched: they keep the
         # branches of the object they replace, checked where it is used.
-        if previous.analysis.matches(values, pyvals) is not False:
+        if previous.analysis.matches(values) is not False:
             return previous.analysis
     if kind is None:
         kind = _call_factory(info, classified, base)
@@ -423,6 +428,9 @@ def wrap_transformation_as_pytree(
             not an argument.
 
     Examples:
+        The optimizer is an ordinary argument of a jitted function, and a new
+        learning rate is a new leaf value, not a new compilation:
+
         >>> import jax, jax.numpy as jnp, optax
         >>> import optax_pytree as opx
         >>> traces = 0
@@ -433,6 +441,20 @@ def wrap_transformation_as_pytree(
         ...     updates, _ = tx.update(grads, tx.init(params), params)
         ...     return optax.apply_updates(params, updates)
         >>> params, grads = jnp.ones(3), jnp.ones(3)
+        >>> for lr in (0.1, 0.01, 0.001):
+        ...     params = step(opx.wrap(optax.adam, learning_rate=lr), params, grads)
+        >>> traces
+        1
+        >>> tx = opx.wrap(optax.adam, learning_rate=1e-3)
+        >>> tx.dynamic_argnames, tx.static_argnames
+        (('learning_rate', 'b1', 'b2', 'eps', 'eps_root'), ('mu_dtype', 'nesterov'))
+        >>> tx.replace(learning_rate=3e-4).learning_rate
+        Array(0.0003, dtype=float32, weak_type=True)
+
+        A schedule's parameters are leaves too, and values that a factory only
+        compares in Python (``peak_value == 0.0``) share one compilation:
+
+        >>> traces = 0
         >>> for peak in (0.1, 0.01, 0.001):  # optax compares peak_value with 0.0 in Python
         ...     schedule = opx.wrap(optax.warmup_cosine_decay_schedule, 0.0, peak, 10, 100)
         ...     params = step(opx.wrap(optax.adamw, learning_rate=schedule), params, grads)

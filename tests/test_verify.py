@@ -104,7 +104,9 @@ def converted(learning_rate: Any = 0.1) -> Any:
     ids=["isinstance", "type-is", "hasattr", "identity", "try-float"],
 )
 @pytest.mark.parametrize("order", [1, -1], ids=["forward", "reversed"])
-def test_a_python_decision_about_a_value_is_caught(factory: Any, argument: str, values: Any, order: int) -> None:
+def test_a_python_decision_about_a_value_is_caught(
+    factory: Any, argument: str, values: Any, order: int
+) -> None:
     for value in values[::order]:
         _assert_as_raw(factory, **{argument: value})
     # Where the decision goes the other way for a leaf, the argument is static.
@@ -193,7 +195,9 @@ def power_of_two(learning_rate: Any = 0.1, k: Any = 3) -> Any:
     ids=["product", "power"],
 )
 @pytest.mark.parametrize("order", [1, -1], ids=["forward", "reversed"])
-def test_integer_arithmetic_past_int32_is_pythons(factory: Any, argument: str, values: Any, order: int) -> None:
+def test_integer_arithmetic_past_int32_is_pythons(
+    factory: Any, argument: str, values: Any, order: int
+) -> None:
     for value in values[::order]:
         tx = _assert_as_raw(factory, **{argument: value})
         small = value == values[0]
@@ -221,13 +225,11 @@ def test_jit_of_a_wrapped_schedule_and_of_update() -> None:
     tx = dropin.adam(0.1)
     updates, _ = jax.jit(tx.update)(GRADS, jax.jit(tx.init)(PARAMS), PARAMS)
     expected, _ = optax.adam(0.1).update(GRADS, optax.adam(0.1).init(PARAMS), PARAMS)
-    np.testing.assert_allclose(updates["w"], expected["w"], rtol=1e-5)  # float32 leaves
+    np.testing.assert_allclose(updates["w"], expected["w"], rtol=1e-5)  # pyright: ignore[reportIndexIssue, reportArgumentType, reportCallIssue] - optax's Updates type
 
 
 def _sam(sync_period: int) -> Any:
-    return dropin.contrib.sam(
-        dropin.sgd(0.1), dropin.sgd(0.05), sync_period=sync_period, opaque_mode=True
-    )
+    return dropin.contrib.sam(dropin.sgd(0.1), dropin.sgd(0.05), sync_period=sync_period, opaque_mode=True)
 
 
 def test_sam_opaque_mode_sync_period_is_static() -> None:
