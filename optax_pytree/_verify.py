@@ -54,7 +54,7 @@ def concrete_params(shapes: Any) -> Any:
     def leaf(i: int, s: Any) -> Any:
         n = int(np.prod(s.shape)) if s.shape else 1
         values = np.sin(np.arange(1, n + 1) * (1.3 + 0.1 * i)) * (1.0 + 0.05 * i)
-        return jnp.asarray(values.reshape(s.shape), s.dtype)
+        return values.reshape(s.shape).astype(s.dtype)  # NumPy: staged as constants without an XLA program
 
     leaves, treedef = jax.tree_util.tree_flatten(shapes)
     return jax.tree_util.tree_unflatten(treedef, [leaf(i, s) for i, s in enumerate(leaves)])
@@ -85,6 +85,9 @@ def outputs(built: Any, kind: str, level: str, params: Any, counts: Any) -> Any:
             return jax.vmap(built)(counts)
         except Exception:  # noqa: BLE001 - a schedule with Python control flow on the count
             return [built(c) for c in counts]
+    # NumPy parameters become constants of the trace here: JAX arrays made
+    # outside it would be staged by small XLA programs of their own.
+    params = jax.tree_util.tree_map(jnp.asarray, params)
     value = _detect._sum_of_squares(params)  # pyright: ignore[reportPrivateUsage]
     return _detect.exercise(built, kind, level, params, counts[0], value)
 
