@@ -116,7 +116,10 @@ def close(a: Any, b: Any) -> bool:
 
 def difference(reference: Any, got: Any, exact: bool = False, rtol: float = 1e-4) -> str | None:
     """Where ``got`` differs from ``reference`` (structure, dtype, shape, value), or None."""
-    ref_leaves, ref_tree = jax.tree_util.tree_flatten_with_path(reference)
+    # Both treedefs from tree_flatten: a node registered with keys (a chex
+    # dataclass on older jax) gives other aux data through the keyed flatten.
+    ref_leaves, _ = jax.tree_util.tree_flatten_with_path(reference)
+    ref_tree = jax.tree_util.tree_structure(reference)
     got_leaves, got_tree = jax.tree_util.tree_flatten(got)
     if ref_tree != got_tree:
         return f"the structure differs: {got_tree} instead of {ref_tree}"
