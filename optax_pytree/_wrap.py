@@ -113,6 +113,14 @@ def _call_factory(info: FactoryInfo, classified: Classified, base: dict[str, Any
     return kind
 
 
+def _call_for_warnings(info: FactoryInfo, base: dict[str, Any]) -> None:
+    """The factory called with traced values: what it warns reaches the user; what it raises does not."""
+    try:
+        info.call(base)
+    except Exception:  # noqa: BLE001 - a factory may need Python values: the analysis says so
+        pass
+
+
 def _analyse(info: FactoryInfo, classified: Classified, base: dict[str, Any], kind: str) -> Analysis:
     """Probes the candidates, then verifies the result (see ``_verify``)."""
     values, roles = classified.values, classified.roles
@@ -290,9 +298,15 @@ def make(
     """Classifies, analyses (or finds the cached analysis) and makes the wrapped object."""
     classified = classify(info, arguments, options)
     base = _base(classified)
-    # Traced values (wrap or replace inside jit) are no Python values to
-    # check: the factory is called with them only if a new analysis needs it.
-    kind = None if _traced(classified) else _call_factory(info, classified, base)
+    # Traced values (wrap or replace inside jit, optax.inject_hyperparams
+    # calling a drop-in factory) are no Python values to check: the factory
+    # is called with them for its warnings only (as optax would warn), its
+    # failures on tracers left to the analysis.
+    if _traced(classified):
+        kind = None
+        _call_for_warnings(info, base)
+    else:
+        kind = _call_factory(info, classified, base)
     analysis = _find_analysis(info, classified, previous, base, kind)
     _check_leaves(info, classified, analysis)
     spec = _spec.spec_for(info, classified, analysis)

@@ -179,6 +179,13 @@ def test_the_factorys_warnings_on_every_wrap() -> None:
     for _ in range(2):  # the cached configuration warns too
         with pytest.warns(DeprecationWarning, match="use something else"):
             opx.wrap(warns, 0.1)
+    # With traced values too (optax.inject_hyperparams calling a drop-in
+    # factory inside jit; optax's own alias_test checks optimistic_adam so).
+    with pytest.warns(DeprecationWarning, match="use something else"):
+        jax.jit(lambda lr: opx.wrap(warns, lr).learning_rate)(0.2)
+    injected = optax.inject_hyperparams(dropin.optimistic_adam)(learning_rate=1e-2)
+    with pytest.warns(DeprecationWarning, match="optimistic_adam"):
+        jax.jit(injected.init)(PARAMS)
 
 
 def squared_steps(learning_rate: Any = 0.1, steps: Any = 10) -> Any:
