@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import warnings
 from collections.abc import Callable, Iterable
 from typing import Any, ParamSpec, Protocol, overload
 
@@ -258,7 +259,10 @@ def _find_analysis(
         if previous.analysis.matches(values) is not False:
             return previous.analysis
     if kind is None:
-        kind = _call_factory(info, classified, base)
+        # Traced values: make() called the factory for its warnings already.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            kind = _call_factory(info, classified, base)
     analysis = _analyse(info, classified, base, kind)
     _spec.remember(classified.analysis_key, analysis)
     return analysis
