@@ -43,7 +43,7 @@ import optax
 
 from . import _bind, _guard, _static
 from ._bind import FactoryInfo
-from ._leaves import is_tracer, python_value, static_form
+from ._leaves import is_integer, is_tracer, python_value, static_form
 
 STATIC = "static"
 RAW = "raw"
@@ -328,10 +328,10 @@ def search(probe: Probe, candidates: Sequence[str], proxiable: frozenset[str]) -
     # them (``steps * steps``) is exact where the leaf's would wrap around.
     # Most also run so at the deepest level on the first stand-in parameters:
     # then that is the level, without a run with every candidate concrete.
-    first = {n: CONSTRUCT if n in proxiable and _guard.is_int(probe.pyvals[n]) else RAW for n in candidates}
+    first = {n: CONSTRUCT if n in proxiable and is_integer(probe.pyvals[n]) else RAW for n in candidates}
     level, params = _LEVELS[probe.kind][0], probe.param_shapes[0]
     run = probe.run(first, level, params)
-    plain = run.error is None and run.ctx is not None and not run.ctx.recorded and not run.ctx.needs
+    plain = _plain(run)
     if plain:
         probe.level, probe.params = level, params
     elif not probe.baseline():
@@ -340,7 +340,7 @@ def search(probe: Probe, candidates: Sequence[str], proxiable: frozenset[str]) -
     call_time = probe.level != "build"
     if not plain and (probe.level, probe.params) != (level, params):
         run = probe.run(first)
-        plain = run.error is None and run.ctx is not None and not run.ctx.recorded and not run.ctx.needs
+        plain = _plain(run)
     if plain:
         return _found(probe, Analysis(probe.kind, undecided=not call_time, values=probe.concrete))
     modes = {n: (KEEP if call_time else CONSTRUCT) if n in proxiable else RAW for n in candidates}
@@ -389,6 +389,11 @@ def search(probe: Probe, candidates: Sequence[str], proxiable: frozenset[str]) -
         probe,
         Analysis(probe.kind, static, guarded_modes, guards, undecided=not call_time, values=probe.concrete),
     )
+
+
+def _plain(run: Run) -> bool:
+    """A run with nothing Python-level done with the stand-ins: no error, guard, or concrete use."""
+    return run.error is None and run.ctx is not None and not run.ctx.recorded and not run.ctx.needs
 
 
 def _found(probe: Probe, analysis: Analysis) -> Analysis:

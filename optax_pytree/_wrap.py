@@ -83,12 +83,22 @@ def _traced(classified: Classified) -> list[str]:
     return [n for n in (*classified.candidates, *classified.forced) if _leaves.is_tracer(values[n])]
 
 
-def _call_factory(info: FactoryInfo, classified: Classified, base: dict[str, Any]) -> str:
+def _call_factory(
+    info: FactoryInfo, classified: Classified, base: dict[str, Any], tolerant: bool = False
+) -> str | None:
     """Calls the factory with the values given, as optax would be called: its checks, its
-    exceptions and its warnings happen here, on every wrap. Returns the kind of its result."""
+    exceptions and its warnings happen here, on every wrap. Returns the kind of its result.
+
+    ``tolerant``: the values are traced (a wrap inside ``jit``,
+    ``optax.inject_hyperparams`` calling a drop-in factory), no Python values
+    to check; the call gives the factory's warnings as optax would, and a
+    failure on tracers returns None (the analysis, if one is needed, says why).
+    """
     try:
         result = info.call(base)
     except Exception as e:
+        if tolerant:
+            return None
         traced = _traced(classified)
         if traced and isinstance(e, (jax.errors.ConcretizationTypeError, TypeError)):
             raise TypeError(
@@ -112,14 +122,6 @@ def _call_factory(info: FactoryInfo, classified: Classified, base: dict[str, Any
             "optax transformation (init/update) nor a schedule (a callable of the step count)"
         )
     return kind
-
-
-def _call_for_warnings(info: FactoryInfo, base: dict[str, Any]) -> None:
-    """The factory called with traced values: what it warns reaches the user; what it raises does not."""
-    try:
-        info.call(base)
-    except Exception:  # noqa: BLE001 - a factory may need Python values: the analysis says so
-        pass
 
 
 def _analyse(info: FactoryInfo, classified: Classified, base: dict[str, Any], kind: str) -> Analysis:
@@ -259,10 +261,12 @@ def _find_analysis(
         if previous.analysis.matches(values) is not False:
             return previous.analysis
     if kind is None:
-        # Traced values: make() called the factory for its warnings already.
+        # The factory failed on traced values: called again to say why (its
+        # warnings were given by that first call).
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             kind = _call_factory(info, classified, base)
+        assert kind is not None
     analysis = _analyse(info, classified, base, kind)
     _spec.remember(classified.analysis_key, analysis)
     return analysis
@@ -306,11 +310,7 @@ def make(
     # calling a drop-in factory) are no Python values to check: the factory
     # is called with them for its warnings only (as optax would warn), its
     # failures on tracers left to the analysis.
-    if _traced(classified):
-        kind = None
-        _call_for_warnings(info, base)
-    else:
-        kind = _call_factory(info, classified, base)
+    kind = _call_factory(info, classified, base, tolerant=bool(_traced(classified)))
     analysis = _find_analysis(info, classified, previous, base, kind)
     _check_leaves(info, classified, analysis)
     spec = _spec.spec_for(info, classified, analysis)
