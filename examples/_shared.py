@@ -146,3 +146,19 @@ def mlp(params: list[dict[str, jax.Array]], x: jax.Array) -> jax.Array:
 def mse(params: Any, x: jax.Array, y: jax.Array) -> jax.Array:
     """Mean squared error of the MLP on ``(x, y)``."""
     return jnp.mean((mlp(params, x) - y) ** 2)
+
+
+def train_and_validate(tx: Any, params: Any, train_data: Any, val_data: Any, steps: int) -> jax.Array:
+    """``steps`` full-batch steps of ``tx`` on ``train_data`` (a scan); the final validation loss."""
+    import optax
+
+    state = tx.init(params)
+
+    def step(carry: Any, _: None) -> tuple[Any, None]:
+        params, state = carry
+        grads = jax.grad(mse)(params, *train_data)
+        updates, state = tx.update(grads, state, params)
+        return (optax.apply_updates(params, updates), state), None
+
+    (params, _), _ = jax.lax.scan(step, (params, state), None, length=steps)
+    return mse(params, *val_data)

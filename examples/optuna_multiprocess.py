@@ -52,7 +52,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import optuna
-from _shared import OUTPUT, SMOKE, init_mlp, log, mse, phase, pyplot, save, target
+from _shared import OUTPUT, SMOKE, init_mlp, log, phase, pyplot, save, target, train_and_validate
 
 import optax_pytree as opx
 
@@ -88,16 +88,7 @@ def make_data() -> tuple[Any, Any, Any]:
 
 def train(tx: Any, params: Any, train_data: Any, val_data: Any) -> jax.Array:
     """``STEPS`` full-batch steps of ``tx``; the final validation loss."""
-    state = tx.init(params)
-
-    def step(carry: Any, _: None) -> tuple[Any, None]:
-        params, state = carry
-        grads = jax.grad(mse)(params, *train_data)
-        updates, state = tx.update(grads, state, params)
-        return (optax.apply_updates(params, updates), state), None
-
-    (params, _), _ = jax.lax.scan(step, (params, state), None, length=STEPS)
-    return mse(params, *val_data)
+    return train_and_validate(tx, params, train_data, val_data, STEPS)
 
 
 def suggest(trial: optuna.Trial) -> dict[str, float]:

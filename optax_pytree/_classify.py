@@ -388,6 +388,7 @@ def classify(info: FactoryInfo, arguments: dict[str, Any], options: Options) -> 
                 )
             python = False
             role = DYNAMIC
+            python = False
             out.forced.append(name)
             key_parts.append((name, "forced dynamic", _leaves.aval_key(value)))
         elif is_wrapped(value):
@@ -399,7 +400,7 @@ def classify(info: FactoryInfo, arguments: dict[str, Any], options: Options) -> 
             role = CHILD
             out.templates[name], value = Template.split(value)
             key_parts.append((name, role, out.templates[name].key, jax.tree_util.tree_structure(value)))
-        elif _leaves.is_integer(value) and not _leaves.fits_int_leaf(value) and name not in options.dynamic:
+        elif _leaves.is_integer(value) and not _leaves.fits_int_leaf(value):
             # 10**10 steps: an int32 leaf cannot hold it, Python's int can.
             role = STATIC
             out.wide.append(name)

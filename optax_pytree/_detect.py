@@ -139,8 +139,8 @@ def _takes_extra_args(update: Any) -> bool:
         return False
 
 
-def exercise(built: Any, kind: str, level: str, params: Any, count: Any, value: Any, steps: int = 1) -> Any:
-    """What the probe (and the verification) run: init, then ``steps`` updates; a schedule at ``count``."""
+def exercise(built: Any, kind: str, level: str, params: Any, count: Any, value: Any) -> Any:
+    """What the probe (and the verification) run: init, then an update; a schedule at ``count``."""
     if level == "build":
         return None
     if kind == "schedule":
@@ -150,11 +150,8 @@ def exercise(built: Any, kind: str, level: str, params: Any, count: Any, value: 
     if level == "init":
         return state
     extra = _extra_args(level, value, params)
-    outputs = [state]
-    for _ in range(steps):
-        updates, state = tx.update(_gradient(params), state, params, **extra)
-        outputs += [updates, state]
-    return outputs
+    updates, new_state = tx.update(_gradient(params), state, params, **extra)
+    return [state, updates, new_state]
 
 
 def _spec(x: Any) -> Any:

@@ -64,7 +64,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._leaves import is_tracer
+from ._leaves import is_integer, is_tracer
 
 # --------------------------------------------------------------------------
 # Expressions over arguments: ("arg", name), ("const", value), (op, *operands).
@@ -245,10 +245,6 @@ def _is_number(x: Any) -> bool:
     return isinstance(x, (int, float, complex, np.number, np.bool_))
 
 
-def is_int(x: Any) -> bool:
-    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
-
-
 class Guarded:
     """A numeric argument, or an expression of them, standing in for a factory's argument.
 
@@ -357,17 +353,17 @@ class Guarded:
 
     def check_integer_range(self, *operands: Any) -> None:
         """Integer arithmetic done in Python must fit the leaf's integer dtype (a guard)."""
-        if not all(is_int(x) for x in operands):
+        if not all(is_integer(x) for x in operands):
             return
         dtype = jnp.result_type(self.value)
         if not jnp.issubdtype(dtype, jnp.integer):
-            if self.pyval is not None and is_int(self.pyval):  # Python int, traced float: other numbers
+            if self.pyval is not None and is_integer(self.pyval):  # Python int, traced float: other numbers
                 self.ctx.need(self.names, f"{text(self.expr)} is an integer in Python", self.pyval)
             return
         info = jnp.iinfo(dtype)
         fits = None
         if self.pyval is not None:
-            fits = is_int(self.pyval) and info.min <= int(self.pyval) <= info.max
+            fits = is_integer(self.pyval) and info.min <= int(self.pyval) <= info.max
         if self.ctx.record and fits is False:
             self.ctx.need(self.names, f"{text(self.expr)} = {self.pyval} overflows {dtype}", self.pyval)
             return
@@ -745,8 +741,10 @@ def _compile_key(key: Key) -> Callable[[Mapping[str, Any]], Any]:
         def fits(env: Mapping[str, Any]) -> Any:
             value = inner(env)
             if isinstance(value, np.ndarray):
-                return np.vectorize(lambda v: is_int(v) and info.min <= v <= info.max, otypes=[bool])(value)
-            return is_int(value) and info.min <= value <= info.max
+                return np.vectorize(lambda v: is_integer(v) and info.min <= v <= info.max, otypes=[bool])(
+                    value
+                )
+            return is_integer(value) and info.min <= value <= info.max
 
         return fits
     compare, a, b = _COMPARE[key[0]], _compile(key[1]), _compile(key[2])

@@ -49,7 +49,7 @@ def is_integer(x: Any) -> bool:
     return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
 
 
-def fits_int_leaf(x: int) -> bool:
+def fits_int_leaf(x: Any) -> bool:
     """Whether a Python integer fits the integer leaf it would become (int32; int64 with x64)."""
     if -(2**31) <= x < 2**31:
         return True

@@ -95,7 +95,7 @@ class Spec:
         self.carried_names = tuple(n for n in self.tracked if n in names)
         self.carried_index = {e: i for i, e in enumerate(self.carried)}
         fingerprint = _leaves.FINGERPRINT_DTYPE
-        self.carried_dtypes = (*(d for _, d in analysis.carried), fingerprint) if self.carried else ()
+        self.carried_dtypes: tuple[str, ...] = (*(d for _, d in analysis.carried), fingerprint) if self.carried else ()
         self.keep = frozenset(n for n, m in analysis.modes.items() if m == KEEP)
         self.undecided = analysis.undecided
         self.leaf_names = tuple(n for n, r in roles.items() if r != STATIC)

@@ -54,15 +54,15 @@ def concrete_params(shapes: Any) -> Any:
     def leaf(i: int, s: Any) -> Any:
         n = int(np.prod(s.shape)) if s.shape else 1
         values = np.sin(np.arange(1, n + 1) * (1.3 + 0.1 * i)) * (1.0 + 0.05 * i)
-        return jnp.asarray(values.reshape(s.shape), s.dtype)
+        return values.reshape(s.shape).astype(s.dtype)  # NumPy: staged as constants without an XLA program
 
     leaves, treedef = jax.tree_util.tree_flatten(shapes)
     return jax.tree_util.tree_unflatten(treedef, [leaf(i, s) for i, s in enumerate(leaves)])
 
 
 def smaller(shapes: Any) -> Any:
-    """The parameters to compare on: the probe's, or, for its default ranks 1 to 4 (which
-    detection needed for the guards on a rank), a bias and a kernel (half the tracing)."""
+    """The parameters to compare on: the probe's; for its default ranks 1 to 4 (which
+    detection needs for guards on a rank), a bias and a kernel (half the tracing)."""
     first = _detect._default_param_shapes()  # pyright: ignore[reportPrivateUsage]
     if jax.tree_util.tree_structure(shapes) == jax.tree_util.tree_structure(first[0]):
         return first[1]
@@ -71,7 +71,7 @@ def smaller(shapes: Any) -> Any:
 
 def counts_for(values: dict[str, Any]) -> np.ndarray:
     """Step counts for a schedule: a fixed range and each integer argument's neighbourhood."""
-    counts = set(_COUNTS)
+    counts: set[int] = set(_COUNTS)
     for v in values.values():
         if _leaves.is_integer(v) and 0 <= v < 2**31 - 2:
             counts.update(c for c in (int(v) - 1, int(v), int(v) + 1, 2 * int(v), int(v) // 2) if c >= 0)
@@ -85,6 +85,9 @@ def outputs(built: Any, kind: str, level: str, params: Any, counts: Any) -> Any:
             return jax.vmap(built)(counts)
         except Exception:  # noqa: BLE001 - a schedule with Python control flow on the count
             return [built(c) for c in counts]
+    # NumPy parameters become constants of the trace here: JAX arrays made
+    # outside it would be staged by small XLA programs of their own.
+    params = jax.tree_util.tree_map(jnp.asarray, params)
     value = _detect._sum_of_squares(params)  # pyright: ignore[reportPrivateUsage]
     return _detect.exercise(built, kind, level, params, counts[0], value)
 
@@ -175,14 +178,12 @@ def _specialized(value: Any) -> bool:
     return x.size > 0 and bool(np.all(np.isin(x, list(_SPECIALIZED_EXPONENTS))))
 
 
-def close(a: Any, b: Any) -> bool:
-    """Whether two outputs agree to 1%: the same branch, up to amplified round-off."""
-    return difference(a, b, rtol=1e-2) is None
-
-
 def difference(reference: Any, got: Any, exact: bool = False, rtol: float = 1e-4) -> str | None:
     """Where ``got`` differs from ``reference`` (structure, dtype, shape, value), or None."""
-    ref_leaves, ref_tree = jax.tree_util.tree_flatten_with_path(reference)
+    # Both treedefs from tree_flatten: a node registered with keys (a chex
+    # dataclass on older jax) gives other aux data through the keyed flatten.
+    ref_leaves, _ = jax.tree_util.tree_flatten_with_path(reference)
+    ref_tree = jax.tree_util.tree_structure(reference)
     got_leaves, got_tree = jax.tree_util.tree_flatten(got)
     if ref_tree != got_tree:
         return f"the structure differs: {got_tree} instead of {ref_tree}"
@@ -194,8 +195,8 @@ def difference(reference: Any, got: Any, exact: bool = False, rtol: float = 1e-4
             if not (a is b or a == b):
                 return f"{where}: {b!r} instead of {a!r}"
             continue
-        if jnp.issubdtype(a.dtype, jax.dtypes.prng_key):
-            a, b = jax.random.key_data(a), jax.random.key_data(b)
+        if isinstance(a, jax.Array) and jnp.issubdtype(a.dtype, jax.dtypes.prng_key):
+            a, b = jax.random.key_data(a), jax.random.key_data(jnp.asarray(b))
         x, y = np.asarray(a), np.asarray(b)
         if x.shape != y.shape or x.dtype != y.dtype:
             want, have = _leaves.aval_text(x.shape, x.dtype), _leaves.aval_text(y.shape, y.dtype)
@@ -215,19 +216,6 @@ def _first(x: np.ndarray) -> str:
     flat = x.reshape(-1)
     shown = np.array2string(flat[:3], precision=6)
     return shown if flat.size <= 3 else shown[:-1] + " ...]"
-
-
-def as_given(original: Any, leaf: Any) -> Any:
-    """The value a leaf holds, as the kind of value the user gave (a Python float stays one)."""
-    if _leaves.is_tracer(leaf):
-        return original
-    if type(original) in (int, float, complex):
-        return type(original)(np.asarray(leaf).item())
-    if isinstance(original, np.generic):
-        return original.dtype.type(np.asarray(leaf))
-    if isinstance(original, np.ndarray):
-        return np.asarray(leaf).astype(original.dtype)
-    return leaf
 
 
 def call_reference(info: _bind.FactoryInfo, values: dict[str, Any]) -> Any:
@@ -387,16 +375,15 @@ def _evaluate(jaxpr: Any, consts: list[Any], args: list[Any]) -> list[Any]:
         env[v] = _value(x)
     for v, x in zip(jaxpr.invars, args):
         env[v] = _value(x)
-    constants = frozenset(map(id, jaxpr.constvars))
     for eqn in jaxpr.eqns:
         inputs = [read(v) for v in eqn.invars]
-        outputs = _apply(eqn, inputs, constants)
+        outputs = _apply(eqn, inputs)
         for v, x in zip(eqn.outvars, outputs):
             env[v] = x
     return [read(v) for v in jaxpr.outvars]
 
 
-def _apply(eqn: Any, inputs: list[Any], constants: frozenset[int] = frozenset()) -> list[Any]:
+def _apply(eqn: Any, inputs: list[Any]) -> list[Any]:
     name, params = eqn.primitive.name, eqn.params
     rule = _RULES.get(name)
     if rule is not None and not any(_is_key(x) for x in inputs):
@@ -420,10 +407,6 @@ def _apply(eqn: Any, inputs: list[Any], constants: frozenset[int] = frozenset())
     args = [jnp.asarray(x) if isinstance(x, (np.ndarray, np.generic)) else x for x in inputs]
     out = eqn.primitive.bind(*args, **params)
     return [_value(x) for x in (out if eqn.primitive.multiple_results else [out])]
-
-
-def _is_constant(v: Any, constants: frozenset[int]) -> bool:
-    return type(v).__name__ == "Literal" or id(v) in constants
 
 
 def _is_key(x: Any) -> bool:

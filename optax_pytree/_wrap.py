@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import warnings
 from collections.abc import Callable, Iterable
 from typing import Any, ParamSpec, Protocol, overload
 
@@ -23,6 +24,8 @@ from . import _bind, _build, _detect, _guard, _leaves, _spec, _tree, _verify
 from ._bind import FactoryInfo
 from ._classify import CHILD, DYNAMIC, Classified, Options, classify, make_options
 from ._detect import Analysis
+from ._tree import PyTreeSchedule as PyTreeSchedule
+from ._tree import PyTreeTransformation as PyTreeTransformation
 
 P = ParamSpec("P")
 Names = str | Iterable[str]
@@ -45,8 +48,6 @@ class Transformation(Protocol):
 Schedule = Callable[[Any], Any]
 
 # Kept importable from here: the names other modules and tests know.
-PyTreeTransformation = _tree.PyTreeTransformation
-PyTreeSchedule = _tree.PyTreeSchedule
 is_wrapped = _tree.is_wrapped
 name_of = _tree.name_of
 argument_names = _tree.argument_names
@@ -84,12 +85,22 @@ def _traced(classified: Classified) -> list[str]:
     return [n for n in (*classified.candidates, *classified.forced) if _leaves.is_tracer(values[n])]
 
 
-def _call_factory(info: FactoryInfo, classified: Classified, base: dict[str, Any]) -> str:
+def _call_factory(
+    info: FactoryInfo, classified: Classified, base: dict[str, Any], tolerant: bool = False
+) -> str | None:
     """Calls the factory with the values given, as optax would be called: its checks, its
-    exceptions and its warnings happen here, on every wrap. Returns the kind of its result."""
+    exceptions and its warnings happen here, on every wrap. Returns the kind of its result.
+
+    ``tolerant``: the values are traced (a wrap inside ``jit``,
+    ``optax.inject_hyperparams`` calling a drop-in factory), no Python values
+    to check; the call gives the factory's warnings as optax would, and a
+    failure on tracers returns None (the analysis, if one is needed, says why).
+    """
     try:
         result = info.call(base)
     except Exception as e:
+        if tolerant:
+            return None
         traced = _traced(classified)
         if traced and isinstance(e, (jax.errors.ConcretizationTypeError, TypeError)):
             raise TypeError(
@@ -198,6 +209,7 @@ def _difference(
     def run(built: Any) -> Any:
         return _verify.outputs(built, spec.kind, analysis.level, params, counts)
 
+    reference_jaxpr = None
     try:
         reference, reference_jaxpr = _verify.reference_outputs(_verify.call_reference(info, base), run)
     except Exception as e:  # noqa: BLE001 - compared below
@@ -208,7 +220,7 @@ def _difference(
         if isinstance(reference, Exception):
             return None  # the factory fails on these stand-in parameters too: nothing to compare
         return f"{_FAILS}{type(e).__name__}: {_build.first_line(str(e))}"
-    if isinstance(reference, Exception):
+    if isinstance(reference, Exception) or reference_jaxpr is None:
         return f"the factory fails with the Python values ({type(reference).__name__}) but not wrapped"
     ops, reference_ops = (
         _verify.approximate_ops(jaxpr, params),
@@ -298,7 +310,12 @@ def _find_analysis(
         if previous.analysis.matches(values) is not False:
             return previous.analysis
     if kind is None:
-        kind = _call_factory(info, classified, base)
+        # The factory failed on traced values: called again to say why (its
+        # warnings were given by that first call).
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            kind = _call_factory(info, classified, base)
+        assert kind is not None
     analysis = _analyse(info, classified, base, kind)
     _spec.remember(classified.analysis_key, analysis)
     return analysis
@@ -347,9 +364,11 @@ def make(
     """
     classified = classify(info, arguments, options)
     base = _base(classified)
-    # Traced values (wrap or replace inside jit) are no Python values to
-    # check: the factory is called with them only if a new analysis needs it.
-    kind = None if _traced(classified) else _call_factory(info, classified, base)
+    # Traced values (wrap or replace inside jit, optax.inject_hyperparams
+    # calling a drop-in factory) are no Python values to check: the factory
+    # is called with them for its warnings only (as optax would warn), its
+    # failures on tracers left to the analysis.
+    kind = _call_factory(info, classified, base, tolerant=bool(_traced(classified)))
     analysis = _find_analysis(info, classified, previous, base, kind)
     _check_leaves(info, classified, analysis)
     spec = _spec.spec_for(info, classified, analysis)
@@ -506,6 +525,9 @@ def wrap_transformation_as_pytree(
             not an argument.
 
     Examples:
+        The optimizer is an ordinary argument of a jitted function, and a new
+        learning rate is a new leaf value, not a new compilation:
+
         >>> import jax, jax.numpy as jnp, optax
         >>> import optax_pytree as opx
         >>> traces = 0
@@ -516,6 +538,20 @@ def wrap_transformation_as_pytree(
         ...     updates, _ = tx.update(grads, tx.init(params), params)
         ...     return optax.apply_updates(params, updates)
         >>> params, grads = jnp.ones(3), jnp.ones(3)
+        >>> for lr in (0.1, 0.01, 0.001):
+        ...     params = step(opx.wrap(optax.adam, learning_rate=lr), params, grads)
+        >>> traces
+        1
+        >>> tx = opx.wrap(optax.adam, learning_rate=1e-3)
+        >>> tx.dynamic_argnames, tx.static_argnames
+        (('learning_rate', 'b1', 'b2', 'eps', 'eps_root'), ('mu_dtype', 'nesterov'))
+        >>> tx.replace(learning_rate=3e-4).learning_rate
+        Array(0.0003, dtype=float32, weak_type=True)
+
+        A schedule's parameters are leaves too, and values that a factory only
+        compares in Python (``peak_value == 0.0``) share one compilation:
+
+        >>> traces = 0
         >>> for peak in (0.1, 0.01, 0.001):  # optax compares peak_value with 0.0 in Python
         ...     schedule = opx.wrap(optax.warmup_cosine_decay_schedule, 0.0, peak, 10, 100)
         ...     params = step(opx.wrap(optax.adamw, learning_rate=schedule), params, grads)

@@ -132,6 +132,8 @@ def _register(cls: Any, **kwargs: Any) -> None:
                 aux.append(value)
         return children, tuple(aux)
 
+    # The same walk without keys: flattening is on the dispatch path of every
+    # jitted call that takes the state, so it builds no (key, child) pairs.
     def flatten(state: Any) -> tuple[list[Any], tuple[Any, ...]]:
         d = state.__dict__
         children = []

@@ -112,7 +112,7 @@ from ._classify import is_wrapped
 
 _tree.register_flax_serialization()
 
-__all__ = ["Hyperparameter", "Optimizer"]
+__all__ = ["Hyperparameter", "ModelAndOptimizer", "Optimizer"]
 
 
 class Hyperparameter(nnx.Variable):  # pyright: ignore[reportMissingTypeArgument]
@@ -242,3 +242,32 @@ class Optimizer(nnx.Optimizer):  # pyright: ignore[reportMissingTypeArgument]
                 _set(variable, value)
             return
         self.tx = nnx.data(_as_variables(new))
+
+
+class ModelAndOptimizer(Optimizer):
+    """The replacement for flax's (deprecated) ``nnx.ModelAndOptimizer``: an :class:`Optimizer`
+    that holds its model, so ``update`` takes the gradients only.
+
+    flax's class keeps ``tx`` static, as ``nnx.Optimizer`` does, and refuses a
+    wrapped transformation (as through the drop-in ``optax_pytree.optax``);
+    this one takes both, as :class:`Optimizer` does.
+
+    Examples:
+        >>> import jax.numpy as jnp, optax
+        >>> from flax import nnx
+        >>> import optax_pytree as opx
+        >>> from optax_pytree.nnx import ModelAndOptimizer
+        >>> state = ModelAndOptimizer(nnx.Linear(2, 1, rngs=nnx.Rngs(0)), opx.wrap(optax.sgd, 0.1))
+        >>> grads = nnx.grad(lambda m: jnp.sum(m(jnp.ones((1, 2)))))(state.model)
+        >>> _ = state.update(grads)
+        >>> int(state.step[...])
+        1
+    """
+
+    def __init__(self, model: Any, tx: Any, *, wrt: Any = nnx.Param):
+        super().__init__(model, tx, wrt=wrt)
+        self.model = model
+
+    def update(self, grads: Any, /, **kwargs: Any) -> Any:  # pyright: ignore[reportIncompatibleMethodOverride]
+        """Applies ``grads`` to the model this optimizer holds (flax's signature)."""
+        return super().update(self.model, grads, **kwargs)

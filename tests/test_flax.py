@@ -28,6 +28,7 @@ import pytest
 from helpers import assert_tree_allclose, counting_jit
 
 import optax_pytree as opx
+import optax_pytree.optax as dropin
 
 nnx = pytest.importorskip("flax.nnx", reason="flax is an optional dependency")
 linen = pytest.importorskip("flax.linen", reason="flax is an optional dependency")
@@ -109,6 +110,34 @@ def test_flax_nnx_optimizer_refuses_a_wrapped_transformation() -> None:
     # The problem the replacement solves.
     with pytest.raises((ValueError, TypeError)):
         nnx.Optimizer(MLP(nnx.Rngs(0)), opx.wrap(optax.adam, 0.1), wrt=nnx.Param)
+
+
+def test_model_and_optimizer_takes_a_wrapped_transformation_as_the_drop_in_gives_it() -> None:
+    # flax's own optimizer tests (tests/nnx/optimizer_test.py: test_jit,
+    # test_metrics) use nnx.ModelAndOptimizer; with the drop-in's optax it
+    # refuses the wrapped tx, ours takes it and trains as flax does.
+    from optax_pytree.nnx import ModelAndOptimizer
+
+    with pytest.raises((ValueError, TypeError)):
+        nnx.ModelAndOptimizer(MLP(nnx.Rngs(0)), dropin.sgd(0.1))
+
+    def train_step(state: Any, x: Any, y: Any) -> Any:
+        loss, grads = nnx.value_and_grad(nnx_loss)(state.model, x, y)
+        state.update(grads)
+        return loss
+
+    step, traces = counting_jit(train_step, jit=nnx.jit)
+    ours, theirs = (
+        ModelAndOptimizer(MLP(nnx.Rngs(0)), dropin.sgd(0.1)),
+        nnx.ModelAndOptimizer(MLP(nnx.Rngs(0)), optax.sgd(0.1)),
+    )
+    for lr in (0.1, 0.05):
+        ours.set_hyperparams(learning_rate=lr)
+        theirs = nnx.ModelAndOptimizer(theirs.model, optax.sgd(lr))
+        step(ours, X, Y)
+        nnx.jit(train_step)(theirs, X, Y)
+    assert traces == [1]
+    assert_tree_allclose(nnx_params(ours.model), nnx_params(theirs.model), rtol=1e-6, atol=1e-7)
 
 
 def test_nnx_optimizer_with_a_plain_transformation_is_flax_s() -> None:

@@ -9,6 +9,7 @@ computes with the same Python value, or raise what it raises.
 from __future__ import annotations
 
 import math
+import warnings
 import weakref
 from typing import Any
 
@@ -178,6 +179,15 @@ def test_the_factorys_warnings_on_every_wrap() -> None:
     for _ in range(2):  # the cached configuration warns too
         with pytest.warns(DeprecationWarning, match="use something else"):
             opx.wrap(warns, 0.1)
+    # With traced values too (optax.inject_hyperparams calling a drop-in
+    # factory inside jit; optax's own alias_test checks optimistic_adam so).
+    with warnings.catch_warnings(record=True) as caught:  # once, as optax warns it, not twice
+        warnings.simplefilter("always")
+        jax.jit(lambda lr: opx.wrap(warns, lr).learning_rate)(0.2)
+    assert [str(w.message) for w in caught] == ["deprecated: use something else"]
+    injected = optax.inject_hyperparams(dropin.optimistic_adam)(learning_rate=1e-2)
+    with pytest.warns(DeprecationWarning, match="optimistic_adam"):
+        jax.jit(injected.init)(PARAMS)
 
 
 def squared_steps(learning_rate: Any = 0.1, steps: Any = 10) -> Any:
@@ -224,7 +234,7 @@ def test_jit_of_a_wrapped_schedule_and_of_update() -> None:
     tx = dropin.adam(0.1)
     updates, _ = jax.jit(tx.update)(GRADS, jax.jit(tx.init)(PARAMS), PARAMS)
     expected, _ = optax.adam(0.1).update(GRADS, optax.adam(0.1).init(PARAMS), PARAMS)
-    np.testing.assert_allclose(updates["w"], expected["w"], rtol=1e-5)  # float32 leaves
+    np.testing.assert_allclose(updates["w"], expected["w"], rtol=1e-5)  # pyright: ignore[reportIndexIssue, reportArgumentType, reportCallIssue] - optax's Updates type
 
 
 def _sam(sync_period: int) -> Any:
