@@ -495,18 +495,22 @@ class Guarded:
         traced ``replace``, a meta-gradient step), the traced float32 value
         is used instead: the documented fallback.
         """
-        if exact_at_leaf_precision(self.expr) or jnp.issubdtype(jnp.result_type(self.value), jnp.integer):
-            return self.value
-        if self.ctx.record:
-            self.ctx.exprs.setdefault(self.expr, np.dtype(jnp.result_type(self.value)).name)
-            return self.value
-        found = self.ctx.carried.get(self.expr)
-        if found is None:
-            return self.value
-        host, fresh = found
-        value = self.value
-        exact = value + jax.lax.stop_gradient(host - value)  # weak types kept (bf16 parameters)
-        return exact if fresh is True else jnp.where(fresh, exact, value)
+        ctx = self.ctx
+        if not ctx.record:  # a rebuild: the carried value, if this expression has one
+            found = ctx.carried.get(self.expr)
+            if found is None:
+                return self.value
+            host, fresh = found
+            value = self.value
+            if fresh is True and not is_tracer(value):
+                return host  # concrete (eager): no gradient to carry, no arithmetic to dispatch
+            exact = value + jax.lax.stop_gradient(host - value)  # weak types kept (bf16 parameters)
+            return exact if fresh is True else jnp.where(fresh, exact, value)
+        if not exact_at_leaf_precision(self.expr) and not jnp.issubdtype(
+            jnp.result_type(self.value), jnp.integer
+        ):
+            ctx.exprs.setdefault(self.expr, np.dtype(jnp.result_type(self.value)).name)
+        return self.value
 
     def __format__(self, spec: str) -> str:
         return format(self.value if self.pyval is None else self.pyval, spec)

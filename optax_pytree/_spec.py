@@ -95,7 +95,9 @@ class Spec:
         self.carried_names = tuple(n for n in self.tracked if n in names)
         self.carried_index = {e: i for i, e in enumerate(self.carried)}
         fingerprint = _leaves.FINGERPRINT_DTYPE
-        self.carried_dtypes: tuple[str, ...] = (*(d for _, d in analysis.carried), fingerprint) if self.carried else ()
+        self.carried_dtypes: tuple[str, ...] = (
+            (*(d for _, d in analysis.carried), fingerprint) if self.carried else ()
+        )
         self.keep = frozenset(n for n, m in analysis.modes.items() if m == KEEP)
         self.undecided = analysis.undecided
         self.leaf_names = tuple(n for n, r in roles.items() if r != STATIC)
@@ -155,10 +157,18 @@ class LRU:
     def setdefault(self, key: Any, value: Any) -> Any:
         with self.lock:
             value = self.data.setdefault(key, value)
-            self.data.move_to_end(key)
-            while len(self.data) > self.maxsize:
-                self.data.popitem(last=False)
+            self._keep(key)
             return value
+
+    def set(self, key: Any, value: Any) -> None:
+        with self.lock:
+            self.data[key] = value
+            self._keep(key)
+
+    def _keep(self, key: Any) -> None:
+        self.data.move_to_end(key)
+        while len(self.data) > self.maxsize:
+            self.data.popitem(last=False)
 
     def clear(self) -> None:
         with self.lock:
@@ -221,7 +231,7 @@ def verified_static(key: Any) -> tuple[str, ...]:
 
 
 def remember_verified_static(key: Any, names: tuple[str, ...]) -> None:
-    _VERIFIED_STATIC.setdefault(key, names)
+    _VERIFIED_STATIC.set(key, names)  # grows as bisection finds each argument
 
 
 def clear_caches() -> None:
