@@ -43,11 +43,7 @@ def argument(spec: Spec, leaves: tuple[Any, ...], name: str, build_children: boo
         return spec.static[name]
     value = leaves[spec.leaf_index[name]]
     if role == DYNAMIC:
-        if not isinstance(value, (jax.Array, np.ndarray, np.generic)) and hasattr(value, "__jax_array__"):
-            # A leaf held in a container of its own (an nnx Variable, in
-            # optax_pytree.nnx.Optimizer): the factory sees its array.
-            return jnp.asarray(value)
-        return value
+        return _as_array(value)
     fn = build_child if build_children else _identity
     return spec.templates[name].merge(value, fn) if name in spec.templates else fn(value)
 
@@ -62,8 +58,10 @@ def build_raw(spec: Spec, leaves: tuple[Any, ...], exact: Any = None) -> Any:
 
 
 def _as_array(x: Any) -> Any:
+    """A leaf's array: one held in a container of its own (an nnx Variable, in
+    optax_pytree.nnx.Optimizer) as its array, which is what the factory sees."""
     if not isinstance(x, (jax.Array, np.ndarray, np.generic)) and hasattr(x, "__jax_array__"):
-        return jnp.asarray(x)  # an nnx Variable holding the leaf
+        return jnp.asarray(x)
     return x
 
 
@@ -71,11 +69,10 @@ def fresh(spec: Spec, leaves: tuple[Any, ...], exact: Any) -> Any:
     """Whether the leaves are those the carried values were computed from (a bool, or traced)."""
     values = [_as_array(leaves[spec.leaf_index[n]]) for n in spec.carried_names]
     stored = _as_array(exact[-1])
-    stored = stored if _leaves.is_tracer(stored) else np.asarray(stored)
     now = _leaves.fingerprint(values, spec.carried_dtypes[-1])
     if _leaves.is_tracer(now) or _leaves.is_tracer(stored):
         return jnp.all(now == stored)
-    return bool(np.array_equal(np.asarray(now), np.asarray(stored)))
+    return bool(np.array_equal(now, np.asarray(stored)))
 
 
 def carried(spec: Spec, leaves: tuple[Any, ...], exact: Any) -> dict[Any, tuple[Any, Any]]:

@@ -330,5 +330,5 @@ def _restore_leaf(restored: Any, template: Any) -> Any:
         # committed to a single device cannot enter a step with sharded arrays.
         restored = jnp.asarray(restored)
     if getattr(template, "weak_type", False) and isinstance(restored, jax.Array):
-        return _leaves._to_weak_scalar_array(restored)  # pyright: ignore[reportPrivateUsage]
+        return _leaves.weak(restored)
     return restored

@@ -379,10 +379,9 @@ def search(probe: Probe, candidates: Sequence[str], proxiable: frozenset[str]) -
 
 
 def _used(ctx: _guard.Context) -> frozenset[str]:
-    """The arguments whose stand-ins mattered: compared, in an expression that reached JAX, or a divisor."""
+    """The arguments whose stand-ins mattered: compared, or in an expression that reached JAX."""
     names = [_guard.key_names(k) for k in ctx.recorded]
     names += [_guard.names_in(e) for e in ctx.exprs]
-    names.append(frozenset(ctx.divisors))
     return frozenset().union(*names) if names else frozenset()
 
 

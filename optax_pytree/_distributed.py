@@ -224,7 +224,7 @@ def shard_process_local(batched: Any, mesh: jax.sharding.Mesh, axis_name: str | 
         if getattr(leaf, "weak_type", False):
             # make_array_from_process_local_data drops weak types; a strong
             # float32 learning rate would compile another program than shard's.
-            out = _leaves._to_weak_scalar_array(out)  # pyright: ignore[reportPrivateUsage]
+            out = _leaves.weak(out)
         return out
 
     return jax.tree_util.tree_map(lay_out, batched)
@@ -291,7 +291,7 @@ def process_allgather(tree: Any) -> Any:
 
                 out[i] = jnp.asarray(multihost_utils.process_allgather(x, tiled=True))
                 if x.weak_type:
-                    out[i] = _leaves._to_weak_scalar_array(out[i])  # pyright: ignore[reportPrivateUsage]
+                    out[i] = _leaves.weak(out[i])
     for positions in by_mesh.values():
         for i, whole in zip(positions, _whole([leaves[i] for i in positions])):
             out[i] = whole

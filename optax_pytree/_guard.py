@@ -165,7 +165,6 @@ class Context:
 
     __slots__ = (
         "carried",
-        "divisors",
         "escapes",
         "exprs",
         "factory",
@@ -195,7 +194,6 @@ class Context:
         # that reached JAX, in order; in replay mode, each one's host value
         # and the snapshot of its arguments' leaves it was computed from.
         self.exprs: dict[Expr, str] = {}  # expression -> the dtype of its traced value
-        self.divisors: set[str] = set()  # arguments that divide an array (see Guarded._divides)
         self.carried: dict[Expr, tuple[Any, Any]] = carried or {}
 
     def answer(self, key: Key, pyval: Any) -> bool:
@@ -316,8 +314,6 @@ class Guarded:
         elif _is_number(other):
             them = ((CONST, other), other, other)
         elif isinstance(other, (jax.Array, np.ndarray)):
-            if op == "truediv" and reflected:
-                return self._divides(other)
             return fn(other, self.exact()) if reflected else fn(self.exact(), other)
         else:
             return NotImplemented
@@ -334,22 +330,6 @@ class Guarded:
         out = Guarded(self.ctx, (op, left[0], right[0]), fn(left[1], right[1]), pyval)
         out.check_integer_range(left[2], right[2])
         return out
-
-    def _divides(self, other: Any) -> Any:
-        """``other / self``, as XLA computes optax's division by a Python number.
-
-        XLA turns a division by a constant into a multiplication by its
-        reciprocal; a division by a traced leaf stays a division, whose
-        float32 result can differ by an ulp. Traced, the leaf divides as the
-        constant would; concrete (eager, no XLA rewrite), it divides.
-        """
-        ctx = self.ctx
-        if ctx.record:
-            ctx.divisors.update(self.names)
-        divisor = self.exact()
-        if is_tracer(divisor) and jnp.issubdtype(jnp.result_type(divisor), jnp.floating):
-            return other * (1 / divisor)
-        return other / divisor
 
     def check_integer_range(self, *operands: Any) -> None:
         """Integer arithmetic done in Python must fit the leaf's integer dtype (a guard)."""

@@ -65,18 +65,6 @@ def _weak_converter(n: int):
     return jax.jit(lambda *xs: xs)
 
 
-def _to_weak_scalar_array(x: jax.Array) -> Any:
-    """A 0-d array of a default kind, as a weakly typed array (traced or not)."""
-    if getattr(x, "weak_type", False):
-        return x
-    try:
-        from jax._src.lax import lax as lax_internal
-
-        return lax_internal._convert_element_type(x, jax.dtypes.canonicalize_dtype(x.dtype), weak_type=True)  # pyright: ignore[reportPrivateUsage]
-    except (ImportError, AttributeError, TypeError):  # pragma: no cover - private API moved
-        return x
-
-
 def weak(x: Any) -> Any:
     """``x`` weakly typed if its dtype is a default one (traced or not)."""
     if getattr(x, "weak_type", False) or np.dtype(x.dtype) not in _DEFAULT_KINDS:
@@ -100,11 +88,17 @@ def _exact_maker(n: int, dtypes: tuple[str, ...], of: tuple[int, ...]):
 
     def make(*xs: Any) -> Any:
         args = xs[:n]
-        exact = [jnp.asarray(x, d) for x, d in zip(xs[n:], dtypes)]
-        exact.append(fingerprint([args[i] for i in of], dtypes[-1]))
-        return (*args, *(weak(x) for x in exact))
+        return (*args, *exact_child(xs[n:], [args[i] for i in of], dtypes))
 
     return jax.jit(make)
+
+
+def exact_child(hosts: Any, of: list[Any], dtypes: tuple[str, ...]) -> tuple[Any, ...]:
+    """A wrapped object's ``exact`` child: the host values, then the fingerprint of the
+    leaves ``of`` they were computed from, in ``dtypes``, weakly typed (traced or not)."""
+    exact = [jnp.asarray(x, d) for x, d in zip(hosts, dtypes)]
+    exact.append(fingerprint(of, dtypes[-1]))
+    return tuple(weak(jnp.asarray(x)) for x in exact)
 
 
 def make_exact(
@@ -134,7 +128,7 @@ def to_leaves(values: dict[str, Any]) -> dict[str, Any]:
                 out[name] = jnp.asarray(x)
         elif isinstance(x, jax.Array):
             if x.ndim == 0 and x.dtype in _DEFAULT_KINDS:
-                out[name] = _to_weak_scalar_array(x)
+                out[name] = weak(x)
             else:
                 out[name] = x
         else:  # a pytree of numbers forced dynamic: convert leaf by leaf

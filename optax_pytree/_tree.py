@@ -653,5 +653,5 @@ def _restored_leaf(old: Any, value: Any) -> Any:
         and not value.weak_type
         and value.dtype == old.dtype
     ):
-        value = _leaves._to_weak_scalar_array(value)  # pyright: ignore[reportPrivateUsage]
+        value = _leaves.weak(value)
     return _keep_leaf_placement(old, value)

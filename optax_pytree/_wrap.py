@@ -17,7 +17,6 @@ from collections.abc import Callable, Iterable
 from typing import Any, ParamSpec, Protocol, overload
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from . import _bind, _build, _detect, _guard, _leaves, _spec, _tree, _verify
@@ -249,16 +248,8 @@ def _host_values(spec: _spec.Spec, base: dict[str, Any], kept: Any = None) -> di
 
 def _carried_values(spec: _spec.Spec, hosts: dict[Any, Any], leaves: tuple[Any, ...]) -> Any:
     """The object's ``exact`` child (a scalar leaf per expression, then the fingerprint), in general."""
-    values = [hosts[e] for e in spec.carried]
-    values.append(
-        _leaves.fingerprint([leaves[spec.leaf_index[n]] for n in spec.carried_names], spec.carried_dtypes[-1])
-    )
-    out = []
-    for x, dtype in zip(values, spec.carried_dtypes):
-        if not _leaves.is_tracer(x):
-            x = np.asarray(x).astype(dtype)
-        out.append(_leaves.weak(jnp.asarray(x, dtype)))
-    return tuple(out)
+    of = [leaves[spec.leaf_index[n]] for n in spec.carried_names]
+    return _leaves.exact_child([hosts[e] for e in spec.carried], of, spec.carried_dtypes)
 
 
 def _host(x: Any) -> Any:
