@@ -38,6 +38,8 @@ class Spec:
         "carried_names",
         "config_key",
         "detected",
+        "dynamic_names",
+        "fingerprint_of",
         "guarded",
         "guards",
         "hash",
@@ -102,6 +104,10 @@ class Spec:
         self.undecided = analysis.undecided
         self.leaf_names = tuple(n for n, r in roles.items() if r != STATIC)
         self.leaf_index = {n: i for i, n in enumerate(self.leaf_names)}
+        # For a wrap from Python numbers (one dispatch, _leaves.make_exact):
+        # the numeric leaves, and which of them the fingerprint covers.
+        self.dynamic_names = tuple(n for n, r in roles.items() if r == DYNAMIC)
+        self.fingerprint_of = tuple(self.dynamic_names.index(n) for n in self.carried_names)
         self.keys = tuple(jax.tree_util.GetAttrKey(n) for n in self.leaf_names)  # flattening with paths
         parts = []
         for name, role in roles.items():

@@ -382,7 +382,13 @@ _CLASSES = {"transformation": PyTreeTransformation, "schedule": PyTreeSchedule}
 _NO_PYTHON: dict[str, Any] = {}
 
 
-def new(spec: Spec, leaves: tuple[Any, ...], exact: Any = None, python: dict[str, Any] = _NO_PYTHON) -> Any:
+def new(
+    spec: Spec,
+    leaves: tuple[Any, ...],
+    exact: Any = None,
+    python: dict[str, Any] = _NO_PYTHON,
+    flat: tuple[Any, ...] | None = None,
+) -> Any:
     # Also on the dispatch path (every jitted call that returns or rebuilds
     # a wrapped object): kept to the fewest Python-level steps.
     core = _new_core(Core)
@@ -396,7 +402,9 @@ def new(spec: Spec, leaves: tuple[Any, ...], exact: Any = None, python: dict[str
         obj = _new_core(PyTreeSchedule)
     d = obj.__dict__
     d["_core"] = core
-    d["_flat"] = (leaves if exact is None else (*leaves, exact), spec)
+    if flat is None:
+        flat = leaves if exact is None else (*leaves, exact)
+    d["_flat"] = (flat, spec)
     return obj
 
 
@@ -425,10 +433,10 @@ def _flatten_with_keys(obj: Any) -> tuple[tuple[tuple[Any, Any], ...], Spec]:
 
 
 def _unflatten(spec: Spec, leaves: Iterable[Any]) -> Any:
+    flat = tuple(leaves)  # JAX gives a tuple: the same object, kept as the object's flat form
     if spec.carried:
-        *args, exact = leaves
-        return new(spec, tuple(args), exact)
-    return new(spec, tuple(leaves))
+        return new(spec, flat[:-1], flat[-1], flat=flat)
+    return new(spec, flat)
 
 
 for _cls in _CLASSES.values():

@@ -367,15 +367,15 @@ def make(
     if not spec.carried:
         return _tree.new(spec, _leaf_values(spec, classified), None, python)
     hosts = _host_values(spec, base, kept)
-    values = classified.values
-    dynamic = [n for n, r in spec.roles.items() if r == DYNAMIC]
-    if all(type(values[n]) in _PYTHON_NUMBERS for n in dynamic) and all(
-        type(h) in _PYTHON_NUMBERS for h in hosts.values()
-    ):
+    if classified.python and all(type(h) in _PYTHON_NUMBERS for h in hosts.values()):
         # The common case (wrap, replace with Python numbers): one dispatch.
-        of = tuple(dynamic.index(n) for n in spec.carried_names)
+        values = classified.values
+        dynamic = spec.dynamic_names
         converted, exact = _leaves.make_exact(
-            [values[n] for n in dynamic], [hosts[e] for e in spec.carried], spec.carried_dtypes, of
+            [values[n] for n in dynamic],
+            [hosts[e] for e in spec.carried],
+            spec.carried_dtypes,
+            spec.fingerprint_of,
         )
         by_name = dict(zip(dynamic, converted))
         leaves = tuple(by_name[n] if n in by_name else values[n] for n in spec.leaf_names)
