@@ -3,17 +3,20 @@
 Plain optax inside ``jax.jit`` has its hyperparameters as constants of the
 program, and XLA's algebraic simplifier rewrites a floating-point division
 by a constant, ``x / c``, into a multiplication by its reciprocal,
-``x * (1 / c)``, the reciprocal rounded once. A wrapped object's
-hyperparameters are arguments of the program (that is the point: one
-compilation for every value), which XLA divides by as it is told; the two
-results differ in the last bit for about one ``x`` in five (a cosine
-schedule's ``pi * count / decay_steps``).
+``x * (1 / c)``, the reciprocal rounded once, and folds ``(x * c1) * c2``
+into ``x * (c1 * c2)``. A wrapped object's hyperparameters are arguments of
+the program (that is the point: one compilation for every value), which XLA
+does not rewrite so: a scalar division by an argument stays a division
+(measured on CPU: a cosine schedule's ``pi * count / decay_steps`` differs in
+the last bit at 11 of 45 counts; a vectorized one may already multiply by
+the reciprocal, which the rewrite then matches).
 
 So, where a wrapped object's leaves are traced, its ``init``, ``update`` or
 schedule call is traced to a jaxpr with the leaves as inputs and evaluated
-again with that one rewrite done where XLA would have done it: on every
+again with those rewrites done where XLA would have done them: on every
 floating-point division whose divisor is computed from the leaves (and
-literals) alone, and whose dividend is not (a value of the leaves alone is
+literals) alone, and whose dividend is not, and on every product of such a
+product with such a value (a value of the leaves alone is
 folded by XLA, correctly rounded, in the plain program). Nested ``jit``
 calls are inlined (XLA inlines them too); other sub-programs (``scan``,
 ``cond``, custom derivatives) are bound as they are. Eagerly, or with the
@@ -33,7 +36,8 @@ from jax import lax
 
 from ._leaves import is_tracer
 
-_INLINED = frozenset(("pjit", "jit", "closed_call", "core_call"))
+# Calls of a sub-program that XLA inlines (a nested jit).
+INLINED = frozenset(("pjit", "jit", "closed_call", "core_call"))
 
 
 def _xla_simplifies() -> bool:
@@ -90,10 +94,10 @@ def _evaluate(
     derived: set[Any] = set()
 
     def read(v: Any) -> Any:
-        return v.val if _is_literal(v) else env[v]
+        return v.val if is_literal(v) else env[v]
 
     def is_derived(v: Any) -> bool:
-        return _is_literal(v) or v in derived
+        return is_literal(v) or v in derived
 
     for v, x in zip(jaxpr.constvars, consts):
         env[v] = x
@@ -114,21 +118,21 @@ def _evaluate(
         if is_float and name in ("div", "mul") and flags[1] != flags[0] and (name == "mul" or flags[1]):
             if name == "div":  # A / C => A * (1 / C)
                 value, constant = inputs[0], lax.div(jnp.ones_like(inputs[1]), inputs[1])
-                inner = products.get(eqn.invars[0]) if not _is_literal(eqn.invars[0]) else None
+                inner = products.get(eqn.invars[0]) if not is_literal(eqn.invars[0]) else None
             else:
                 i = 0 if flags[1] else 1  # the operand that is not a constant
                 value, constant = inputs[i], inputs[1 - i]
-                inner = products.get(eqn.invars[i]) if not _is_literal(eqn.invars[i]) else None
+                inner = products.get(eqn.invars[i]) if not is_literal(eqn.invars[i]) else None
             if inner is not None:  # (A * C1) * C2 => A * (C1 * C2)
                 value, constant = inner[0], lax.mul(inner[1], constant)
             outputs = [lax.mul(value, constant)]
             products[eqn.outvars[0]] = (value, constant)
             out_flags = [False]
-        elif name in _INLINED and "jaxpr" in eqn.params:
+        elif name in INLINED and "jaxpr" in eqn.params:
             inner = eqn.params["jaxpr"]
             outputs, out_flags = _evaluate(inner.jaxpr, list(inner.consts), inputs, flags)
         else:
-            out = _bind(eqn, inputs)
+            out = bind(eqn, inputs)
             outputs = list(out) if eqn.primitive.multiple_results else [out]
             out_flags = [all(flags) and not eqn.effects] * len(outputs)
         for v, x, d in zip(eqn.outvars, outputs, out_flags):
@@ -138,7 +142,7 @@ def _evaluate(
     return [read(v) for v in jaxpr.outvars], [is_derived(v) for v in jaxpr.outvars]
 
 
-def _bind(eqn: Any, inputs: list[Any]) -> Any:
+def bind(eqn: Any, inputs: list[Any]) -> Any:
     """The equation's primitive applied to ``inputs``, as ``jax.core.eval_jaxpr`` applies it."""
     params = eqn.primitive.get_bind_params(eqn.params)
     subfuns: Any = ()
@@ -151,7 +155,8 @@ def _bind(eqn: Any, inputs: list[Any]) -> Any:
         return eqn.primitive.bind(*subfuns, *inputs, **params)
 
 
-def _is_literal(v: Any) -> bool:
+def is_literal(v: Any) -> bool:
+    """A constant written into a jaxpr (not a variable)."""
     return type(v).__name__ == "Literal"
 
 

@@ -43,6 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _bind, _detect, _leaves
+from ._constants import INLINED, bind, is_literal
 
 # Step counts a schedule is compared at, besides those near its integer arguments.
 _COUNTS = (0, 1, 2, 3, 5, 8, 13, 21, 50, 100, 333, 1000, 4321, 10_000, 123_456)
@@ -144,7 +145,7 @@ def approximate_ops(closed: Any, params: Any = None) -> dict[str, Any]:
         # values: not counted (the factory's program has them as constants).
         derived = set(map(id, inputs))
         for eqn in jaxpr.eqns:
-            alone = all(type(v).__name__ == "Literal" or id(v) in derived for v in eqn.invars)
+            alone = all(is_literal(v) or id(v) in derived for v in eqn.invars)
             if alone:
                 derived.update(map(id, eqn.outvars))
                 continue
@@ -152,7 +153,7 @@ def approximate_ops(closed: Any, params: Any = None) -> dict[str, Any]:
                 counts[eqn.primitive.name] = counts.get(eqn.primitive.name, 0) + 1
             if eqn.primitive.name == "pow":
                 exponent = eqn.invars[1]
-                value = exponent.val if type(exponent).__name__ == "Literal" else consts.get(id(exponent))
+                value = exponent.val if is_literal(exponent) else consts.get(id(exponent))
                 exponents.append(value is not None and _specialized(value))
             for param in eqn.params.values():
                 for sub in param if isinstance(param, (tuple, list)) else (param,):
@@ -367,7 +368,7 @@ def _evaluate(jaxpr: Any, consts: list[Any], args: list[Any]) -> list[Any]:
     env: dict[Any, Any] = {}
 
     def read(v: Any) -> Any:
-        if type(v).__name__ == "Literal":
+        if is_literal(v):
             return np.asarray(v.val, v.aval.dtype) if hasattr(v.aval, "dtype") else v.val
         return env[v]
 
@@ -390,7 +391,7 @@ def _apply(eqn: Any, inputs: list[Any]) -> list[Any]:
         out = rule(*inputs, **params)
         dtype = eqn.outvars[0].aval.dtype
         return [np.asarray(out).astype(dtype, copy=False)]
-    sub = params.get("jaxpr") if name in ("jit", "pjit", "closed_call", "core_call") else None
+    sub = params.get("jaxpr") if name in INLINED else None
     if sub is None and name.startswith("custom_"):
         sub = params.get("call_jaxpr") or params.get("fun_jaxpr")
     if sub is not None and hasattr(sub, "jaxpr"):
@@ -405,7 +406,7 @@ def _apply(eqn: Any, inputs: list[Any]) -> list[Any]:
         return _scan(eqn, inputs)
     # Anything else: JAX's own implementation, eagerly.
     args = [jnp.asarray(x) if isinstance(x, (np.ndarray, np.generic)) else x for x in inputs]
-    out = eqn.primitive.bind(*args, **params)
+    out = bind(eqn, args)
     return [_value(x) for x in (out if eqn.primitive.multiple_results else [out])]
 
 
