@@ -43,6 +43,11 @@ TARGET = {"b": jnp.array([0.5, -1.0, 2.0]), "w": jnp.arange(12.0).reshape(4, 3) 
 PARAMS = {"b": jnp.array([0.1, 0.2, -0.3]), "w": jnp.linspace(-1.0, 1.0, 12).reshape(4, 3)}
 
 
+# A small regression batch for the flax models of test_flax and test_flax_serialization.
+FLAX_X = jnp.linspace(-1.0, 1.0, 16).reshape(8, 2)
+FLAX_Y = jnp.sin(FLAX_X[:, :1]) + FLAX_X[:, 1:]
+
+
 def loss(params: dict[str, jax.Array]) -> jax.Array:
     terms = [jnp.sum((p - TARGET[k]) ** 2 * (1.0 + TARGET[k] ** 2)) for k, p in params.items()]
     return sum(terms, jnp.zeros(()))

@@ -31,6 +31,8 @@ NEEDS = {
         _installed("flax") >= (0, 12, 7),
         "needs flax>=0.12.7 (nnx.as_pure, nnx.data), on Python>=3.11",
     ),
+    # Run (both modes, two processes) and its counts asserted by test_optuna_multiprocess.py.
+    "optuna_multiprocess.py": (False, "covered by tests/test_optuna_multiprocess.py"),
     "digits_nnx.py": (
         _installed("flax") >= (0, 12, 7) and _installed("scikit-learn") != (),
         "needs flax>=0.12.7 (nnx.merge(..., copy=True)), on Python>=3.11, and scikit-learn (the digits)",

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from helpers import assert_tree_allclose, counting_jit
+from helpers import FLAX_X, FLAX_Y, assert_tree_allclose, counting_jit
 
 import optax_pytree as opx
 
@@ -33,8 +33,7 @@ from flax.training import checkpoints  # noqa: E402
 from optax_pytree.linen import TrainState  # noqa: E402
 from optax_pytree.nnx import Optimizer  # noqa: E402
 
-X = jnp.linspace(-1.0, 1.0, 16).reshape(8, 2)
-Y = jnp.sin(X[:, :1]) + X[:, 1:]
+X, Y = FLAX_X, FLAX_Y
 
 
 def make_tx(lr: float) -> Any:
