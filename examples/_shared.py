@@ -127,6 +127,15 @@ def target(x: jax.Array) -> jax.Array:
     return jnp.sin(3.0 * x) + 0.5 * x
 
 
+def noisy_data(key: jax.Array) -> tuple[tuple[jax.Array, jax.Array], tuple[jax.Array, jax.Array]]:
+    """Few noisy training points of :func:`target` (so weight decay matters) and a clean validation set."""
+    k_x, k_noise = jax.random.split(key)
+    x_train = jax.random.uniform(k_x, (48, 1), minval=-2.0, maxval=2.0)
+    y_train = target(x_train) + 0.2 * jax.random.normal(k_noise, x_train.shape)
+    x_val = jnp.linspace(-2.0, 2.0, 200)[:, None]
+    return (x_train, y_train), (x_val, target(x_val))
+
+
 def init_mlp(key: jax.Array, sizes: tuple[int, ...] = (1, 32, 32, 1)) -> list[dict[str, jax.Array]]:
     """A list of ``{"w", "b"}`` layers, LeCun-normal weights and zero biases."""
     keys = jax.random.split(key, len(sizes) - 1)

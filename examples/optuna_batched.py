@@ -19,11 +19,10 @@ import time
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 import optuna
-from _shared import SMOKE, init_mlp, phase, progress, pyplot, save, target, train_and_validate
+from _shared import SMOKE, init_mlp, noisy_data, phase, progress, pyplot, save, train_and_validate
 
 import optax_pytree as opx
 
@@ -32,23 +31,13 @@ BATCHES = 2 if SMOKE else 8
 STEPS = 20 if SMOKE else 300
 
 
-def make_data(key: jax.Array) -> tuple[tuple[jax.Array, jax.Array], tuple[jax.Array, jax.Array]]:
-    """Few noisy training points (so weight decay matters) and a clean validation set."""
-    k_x, k_noise = jax.random.split(key)
-
-    x_train = jax.random.uniform(k_x, (48, 1), minval=-2.0, maxval=2.0)
-    y_train = target(x_train) + 0.2 * jax.random.normal(k_noise, x_train.shape)
-    x_val = jnp.linspace(-2.0, 2.0, 200)[:, None]
-    return (x_train, y_train), (x_val, target(x_val))
-
-
 def train(tx: Any, params: Any, train_data: Any, val_data: Any) -> jax.Array:
     """``STEPS`` full-batch steps of ``tx``; returns the final validation loss."""
     return train_and_validate(tx, params, train_data, val_data, STEPS)
 
 
 def main() -> optuna.Study:
-    train_data, val_data = make_data(jax.random.key(0))
+    train_data, val_data = noisy_data(jax.random.key(0))
     params = init_mlp(jax.random.key(1), (1, 64, 64, 1))
     base = opx.wrap(optax.adamw, learning_rate=1e-3)
     traces = 0

@@ -48,11 +48,10 @@ from pathlib import Path
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 import optuna
-from _shared import OUTPUT, SMOKE, init_mlp, log, phase, pyplot, save, target, train_and_validate
+from _shared import OUTPUT, SMOKE, init_mlp, log, noisy_data, phase, pyplot, save, train_and_validate
 
 import optax_pytree as opx
 
@@ -79,11 +78,8 @@ READY, RESULT, GO = "READY", "RESULT ", "GO"
 
 def make_data() -> tuple[Any, Any, Any]:
     """The MLP's initial parameters, few noisy training points, a clean validation set."""
-    k_x, k_noise, k_params = jax.random.split(jax.random.key(0), 3)
-    x_train = jax.random.uniform(k_x, (48, 1), minval=-2.0, maxval=2.0)
-    y_train = target(x_train) + 0.2 * jax.random.normal(k_noise, x_train.shape)
-    x_val = jnp.linspace(-2.0, 2.0, 200)[:, None]
-    return init_mlp(k_params, (1, 64, 64, 1)), (x_train, y_train), (x_val, target(x_val))
+    train_data, val_data = noisy_data(jax.random.key(0))
+    return init_mlp(jax.random.key(1), (1, 64, 64, 1)), train_data, val_data
 
 
 def train(tx: Any, params: Any, train_data: Any, val_data: Any) -> jax.Array:
