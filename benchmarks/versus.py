@@ -153,6 +153,8 @@ def _train(tx: Any, params: Any, batch: Any) -> Any:
 
 
 def _step(tx: Any, params: Any, grads: Any) -> Any:
+    # _workload.tiny_step, not imported: _workload imports equinox and the
+    # package at module level, which a child times from a fresh process.
     import optax
 
     state = tx.init(params)
@@ -437,10 +439,6 @@ def run_child(root: Path, quick: bool) -> dict[str, Any] | str:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _median(xs: Sequence[float]) -> float:
-    return statistics.median(xs)
-
-
 def measure(baseline: str, current: str | None, quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
     """Rounds of both children; ``current`` None is the working tree's package."""
     k = Knobs.make(quick)
@@ -480,19 +478,19 @@ def measure(baseline: str, current: str | None, quick: bool, log: Callable[[str]
         b = [x["baseline"][row.key] for x in rounds]
         c = [x["current"][row.key] for x in rounds]
         per_round = [y / x for x, y in zip(b, c)]
-        ratio = _median(per_round)
+        ratio = statistics.median(per_round)
         rows[row.key] = {
-            "baseline": _median(b),
-            "current": _median(c),
+            "baseline": statistics.median(b),
+            "current": statistics.median(c),
             "ratio": ratio,
             "ratio_min": min(per_round),
             "ratio_max": max(per_round),
-            "within": None if row.within is None else bool(row.within(ratio, _median(c))),
+            "within": None if row.within is None else bool(row.within(ratio, statistics.median(c))),
         }
     for name in names:
         sides[name]["package_digests"] = sorted({x[name]["package_digest"] for x in rounds})
         sides[name]["cold_compilations"] = {
-            c: _median([x[name][f"cold_{c}_compilations"] for x in rounds]) for c in COLD
+            c: statistics.median([x[name][f"cold_{c}_compilations"] for x in rounds]) for c in COLD
         }
     return {
         **sides,
