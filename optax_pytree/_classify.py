@@ -367,10 +367,11 @@ def classify(info: FactoryInfo, arguments: dict[str, Any], options: Options) -> 
     roles, values, candidates = out.roles, out.values, out.candidates
     defaults = info.defaults
     python = True  # every value a Python number or static: the factory takes them as they are
+    x64 = bool(jax.config.jax_enable_x64)  # pyright: ignore[reportAttributeAccessIssue]
     for name, value in arguments.items():
         if plain and (type(value) is float or (type(value) is int and _leaves.fits_int_leaf(value))):
             candidates.append(name)
-            key_parts.append((name, DYNAMIC, _leaves.kind_key(value)))
+            key_parts.append((name, DYNAMIC, _leaves.python_kind_key(type(value), x64)))
             given.append((type(value), value is defaults.get(name, _NO_DEFAULT)))
             roles[name] = DYNAMIC
             values[name] = value

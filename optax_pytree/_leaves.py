@@ -202,6 +202,12 @@ def _python_key(t: type, x64: bool) -> tuple[Any, ...]:
     return ((), _canonical_of(np.result_type(t), x64), True)
 
 
+@functools.lru_cache(maxsize=16)
+def python_kind_key(t: type, x64: bool) -> tuple[Any, ...]:
+    """:func:`kind_key` of a Python number of type ``t`` (``x64``: jax_enable_x64), cached."""
+    return _python_key(t, x64)[1:]
+
+
 def aval_key(x: Any) -> Any:
     """Hashable description of the leaf ``x`` becomes: (shape, dtype, weak type).
 

@@ -308,6 +308,9 @@ _RULES: dict[str, Callable[..., Any]] = {
     "or": _binary(np.bitwise_or),
     "xor": _binary(np.bitwise_xor),
     "not": _unary(np.invert),
+    "shift_left": _binary(np.left_shift),
+    "shift_right_arithmetic": _binary(np.right_shift),  # arithmetic on signed integers, as XLA's
+    "bitcast_convert_type": lambda x, new_dtype, **_: np.asarray(x).view(new_dtype),
     "neg": _unary(np.negative),
     "sign": _unary(np.sign),
     "abs": _unary(np.abs),

@@ -200,8 +200,8 @@ def _difference(
     if analysis.level == "build":
         return None  # nothing to run (the probe could not run init or a schedule)
     spec = _spec.new_spec(info, classified, analysis)
-    leaves = _leaf_values(spec, classified)
-    exact = _carried_values(spec, _host_values(spec, base), leaves) if spec.carried else None
+    # Made as the object will be (the same one compiled converter).
+    leaves, exact = _leaves_and_exact(spec, classified, _host_values(spec, base) if spec.carried else {})
     params = _verify.concrete_params(_verify.smaller(analysis.params))
     counts = _verify.counts_for({n: classified.values[n] for n in classified.candidates})
 
@@ -364,9 +364,16 @@ def make(
     _check_leaves(info, classified, analysis)
     spec = _spec.spec_for(info, classified, analysis)
     python = {n: base[n] for n in classified.candidates if type(base[n]) in _PYTHON_NUMBERS}
+    leaves, exact = _leaves_and_exact(
+        spec, classified, _host_values(spec, base, kept) if spec.carried else {}
+    )
+    return _tree.new(spec, leaves, exact, python)
+
+
+def _leaves_and_exact(spec: _spec.Spec, classified: Classified, hosts: dict[Any, Any]) -> tuple[Any, Any]:
+    """The object's leaves and its ``exact`` child (None where nothing is carried)."""
     if not spec.carried:
-        return _tree.new(spec, _leaf_values(spec, classified), None, python)
-    hosts = _host_values(spec, base, kept)
+        return _leaf_values(spec, classified), None
     if classified.python and all(type(h) in _PYTHON_NUMBERS for h in hosts.values()):
         # The common case (wrap, replace with Python numbers): one dispatch.
         values = classified.values
@@ -378,10 +385,9 @@ def make(
             spec.fingerprint_of,
         )
         by_name = dict(zip(dynamic, converted))
-        leaves = tuple(by_name[n] if n in by_name else values[n] for n in spec.leaf_names)
-        return _tree.new(spec, leaves, exact, python)
+        return tuple(by_name[n] if n in by_name else values[n] for n in spec.leaf_names), exact
     leaves = _leaf_values(spec, classified)
-    return _tree.new(spec, leaves, _carried_values(spec, hosts, leaves), python)
+    return leaves, _carried_values(spec, hosts, leaves)
 
 
 _PYTHON_NUMBERS = (int, float, complex)
