@@ -68,7 +68,7 @@ def _as_array(x: Any) -> Any:
 def fresh(spec: Spec, leaves: tuple[Any, ...], exact: Any) -> Any:
     """Whether the leaves are those the carried values were computed from (a bool, or traced)."""
     values = [_as_array(leaves[spec.leaf_index[n]]) for n in spec.carried_names]
-    stored = _as_array(exact[-1])
+    stored = _leaves.exact_values(tuple(_as_array(x) for x in exact), spec.carried_dtypes)[-1]
     now = _leaves.fingerprint(values, spec.carried_dtypes[-1])
     if _leaves.is_tracer(now) or _leaves.is_tracer(stored):
         return jnp.all(now == stored)
@@ -81,7 +81,8 @@ def carried(spec: Spec, leaves: tuple[Any, ...], exact: Any) -> dict[Any, tuple[
         return {}
     ok = fresh(spec, leaves, exact)
     # Weakly typed, as the Python number each stands for (bf16 parameters).
-    return {expr: (_leaves.weak(_as_array(x)), ok) for expr, x in zip(spec.carried, exact)}
+    values = _leaves.exact_values(tuple(_as_array(x) for x in exact), spec.carried_dtypes)
+    return {expr: (_leaves.weak(x), ok) for expr, x in zip(spec.carried, values)}
 
 
 def _call(spec: Spec, leaves: tuple[Any, ...], exact: Any = None) -> tuple[Any, Any]:

@@ -95,10 +95,37 @@ def _exact_maker(n: int, dtypes: tuple[str, ...], of: tuple[int, ...]):
 
 def exact_child(hosts: Any, of: list[Any], dtypes: tuple[str, ...]) -> tuple[Any, ...]:
     """A wrapped object's ``exact`` child: the host values, then the fingerprint of the
-    leaves ``of`` they were computed from, in ``dtypes``, weakly typed (traced or not)."""
-    exact = [jnp.asarray(x, d) for x, d in zip(hosts, dtypes)]
-    exact.append(fingerprint(of, dtypes[-1]))
-    return tuple(weak(jnp.asarray(x)) for x in exact)
+    leaves ``of`` they were computed from, in ``dtypes``: one weakly typed vector per
+    dtype (usually one; a batch of values gives a batch of vectors), traced or not.
+
+    Vectors, not a scalar leaf each: every leaf is an argument of every
+    jitted call that takes the object (dispatch cost per leaf).
+    """
+    values = [jnp.asarray(x, d) for x, d in zip(hosts, dtypes)]
+    values.append(jnp.asarray(fingerprint(of, dtypes[-1])))
+    groups, slots = exact_layout(dtypes)
+    columns: list[list[Any]] = [[] for _ in groups]
+    for x, (g, _) in zip(values, slots):
+        columns[g].append(x)
+    return tuple(weak(jnp.stack(jnp.broadcast_arrays(*column), axis=-1)) for column in columns)
+
+
+def exact_values(exact: Any, dtypes: tuple[str, ...]) -> list[Any]:
+    """The values of an ``exact`` child, in the order :func:`exact_child` took them."""
+    _, slots = exact_layout(dtypes)
+    return [exact[g][..., p] for g, p in slots]
+
+
+@functools.lru_cache(maxsize=256)
+def exact_layout(dtypes: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[tuple[int, int], ...]]:
+    """The dtypes of an ``exact`` child's vectors, and each value's (vector, position)."""
+    groups = tuple(dict.fromkeys(dtypes))
+    seen = dict.fromkeys(groups, 0)
+    slots = []
+    for d in dtypes:
+        slots.append((groups.index(d), seen[d]))
+        seen[d] += 1
+    return groups, tuple(slots)
 
 
 def make_exact(

@@ -89,9 +89,9 @@ class Spec:
         compared = frozenset().union(*(_guard.key_names(k) for k, _ in self.guards))
         self.guarded = tuple(n for n in self.tracked if n in compared)
         # Exactness (see _guard.Guarded.exact): the expressions whose host
-        # values the object carries, one scalar leaf each (its ``exact``
-        # child, ``.exact[i]``), then the fingerprint of the arguments they
-        # were computed from; ``carried_dtypes`` their dtypes, in that order.
+        # values the object carries (its ``exact`` child: a vector per dtype,
+        # ``.exact[0]``), then the fingerprint of the arguments they were
+        # computed from; ``carried_dtypes`` their dtypes, in that order.
         self.carried = tuple(e for e, _ in analysis.carried)
         names = frozenset().union(*(_guard.names_in(e) for e in self.carried))
         self.carried_names = tuple(n for n in self.tracked if n in names)

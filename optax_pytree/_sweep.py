@@ -120,7 +120,7 @@ def _short(x: Any) -> str:
 
 
 def _owns(leaf_path: str, prefix: str) -> bool:
-    """Whether ``leaf_path`` is a carried host value (``.exact[i]``) of an object on the way to ``prefix``.
+    """Whether ``leaf_path`` is a carried host value (``.exact[0]``) of an object on the way to ``prefix``.
 
     Those are computed from the object's arguments (see ``Guarded.exact``):
     a member's own, not the base's.

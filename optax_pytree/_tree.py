@@ -130,9 +130,10 @@ class _Wrapped(Wrapped):
         optax computes ``1 - b2`` in Python, in double precision, before it
         meets an array; these leaves hold such values for this object's
         arguments (computed when it was made), so that it computes exactly
-        plain optax's numbers. Empty when the factory does no such arithmetic.
-        Leaves like the arguments (``tx.exact[i]`` in key paths); under
-        ``jax.grad`` their cotangents are zero.
+        plain optax's numbers: one vector per dtype (``tx.exact[0]`` in key
+        paths; adam's holds ``1 - b1``, ``1 - b2`` and the fingerprint).
+        Empty when the factory does no such arithmetic. Under ``jax.grad``
+        their cotangents are zero.
         """
         return self._core.exact or ()
 
@@ -418,7 +419,7 @@ _flatten = operator.attrgetter("_flat")
 
 
 # The carried host values and the fingerprint of the leaves they were
-# computed from (``.exact[i]``): leaves too, so that they follow the
+# computed from (``.exact[0]``): leaves too, so that they follow the
 # object through jit, vmap (a batch's members' own), scan and checkpoints;
 # their cotangents under jax.grad are zero.
 _EXACT_KEY = jax.tree_util.GetAttrKey("exact")

@@ -269,9 +269,10 @@ def _kept_values(kept: Any, spec: _spec.Spec) -> dict[Any, Any]:
     if core.exact is None or _build.fresh(core.spec, core.leaves, core.exact) is not True:
         return {}
     out = {}
+    old_values = _leaves.exact_values(core.exact, core.spec.carried_dtypes)
     for expr in core.spec.carried:
         if expr in spec.carried_index and not _guard.names_in(expr) & changed:
-            value = np.asarray(core.exact[core.spec.carried_index[expr]])
+            value = np.asarray(old_values[core.spec.carried_index[expr]])
             out[expr] = value.item() if value.ndim == 0 else value
     return out
 

@@ -43,7 +43,8 @@ def test_grid_is_the_cartesian_product_with_labels() -> None:
     assert labels == [{"learning_rate": lr, "b1": b1} for lr in LEARNING_RATES for b1 in B1S]
     n = len(labels)
     assert structure(batch) == structure(base)
-    assert all(leaf.shape == (n,) for leaf in jax.tree_util.tree_leaves(batch))  # b2... broadcast
+    assert all(getattr(batch, a).shape == (n,) for a in batch.dynamic_argnames)  # b2... broadcast
+    assert batch.exact[0].shape == (n, 3)  # each member's 1 - b1, 1 - b2 and their fingerprint
     for i, label in enumerate(labels):
         member = opx.index(batch, i)
         expected = base.replace(**label)
@@ -98,7 +99,8 @@ def test_grid_over_nested_children_by_path() -> None:
         "args[1].learning_rate.init_value": 0.1,
         ".args[0].max_norm": 5.0,
     }
-    assert all(leaf.shape == (6,) for leaf in jax.tree_util.tree_leaves(batch))
+    # Every leaf has the batch axis (the carried host values a vector per member).
+    assert all(leaf.shape[:1] == (6,) for leaf in jax.tree_util.tree_leaves(batch))
     member = opx.index(batch, 5)
     expected = base.replace(
         args=(
