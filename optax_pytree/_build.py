@@ -66,7 +66,27 @@ def _as_array(x: Any) -> Any:
 
 
 def fresh(spec: Spec, leaves: tuple[Any, ...], exact: Any) -> Any:
-    """Whether the leaves are those the carried values were computed from (a bool, or traced)."""
+    """Whether the leaves are those the carried values were computed from (a bool, or traced).
+
+    Concrete, remembered per (leaves, exact) pair of an object: a parent
+    rebuilds its children at every wrap.
+    """
+    key = (id(leaves), id(exact))
+    found = _FRESH.get(key)
+    if found is not None and found[0] is leaves and found[1] is exact:
+        return found[2]
+    ok = _fresh(spec, leaves, exact)
+    if ok is True or ok is False:
+        if len(_FRESH) >= 1024:
+            _FRESH.clear()
+        _FRESH[key] = (leaves, exact, ok)
+    return ok
+
+
+_FRESH: dict[tuple[int, int], tuple[Any, Any, bool]] = {}
+
+
+def _fresh(spec: Spec, leaves: tuple[Any, ...], exact: Any) -> Any:
     values = [_as_array(leaves[spec.leaf_index[n]]) for n in spec.carried_names]
     stored = _leaves.exact_values(tuple(_as_array(x) for x in exact), spec.carried_dtypes)[-1]
     now = _leaves.fingerprint(values, spec.carried_dtypes[-1])
@@ -82,7 +102,14 @@ def carried(spec: Spec, leaves: tuple[Any, ...], exact: Any) -> dict[Any, tuple[
     ok = fresh(spec, leaves, exact)
     # Weakly typed, as the Python number each stands for (bf16 parameters).
     values = _leaves.exact_values(tuple(_as_array(x) for x in exact), spec.carried_dtypes)
-    return {expr: (_leaves.weak(x), ok) for expr, x in zip(spec.carried, values)}
+    return {expr: (_weak_scalar(x), ok) for expr, x in zip(spec.carried, values)}
+
+
+def _weak_scalar(x: Any) -> Any:
+    """A carried value as the Python number it stands for: weakly typed (bf16 parameters)."""
+    if isinstance(x, np.ndarray) and x.ndim == 0:
+        return x.item()  # a Python float: weak, and exactly the float32 value
+    return _leaves.weak(jnp.asarray(x))
 
 
 def _call(spec: Spec, leaves: tuple[Any, ...], exact: Any = None) -> tuple[Any, Any]:

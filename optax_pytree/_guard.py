@@ -250,16 +250,38 @@ class Guarded:
     ``pyval`` the Python value comparisons are answered from, where known.
     """
 
-    __slots__ = ("ctx", "expr", "names", "pyval", "value")
+    __slots__ = ("_make", "_value", "ctx", "expr", "names", "pyval")
     __array_ufunc__ = None  # NumPy operators defer to ours
     __array_priority__ = 2000
 
-    def __init__(self, ctx: Context, expr: Expr, value: Any, pyval: Any):
+    def __init__(
+        self, ctx: Context, expr: Expr, value: Any, pyval: Any, make: Callable[[], Any] | None = None
+    ):
         self.ctx = ctx
         self.expr = expr
-        self.value = value
+        self._value = value
+        self._make = make
         self.pyval = pyval
         self.names = names_in(expr)
+
+    @property
+    def value(self) -> Any:
+        """The leaf's value of this expression (traced or concrete).
+
+        Computed when first needed where it is concrete: in a rebuild from
+        concrete leaves, an expression whose host value the object carries
+        never needs it (each would be an eager XLA operation).
+        """
+        make = self._make
+        if make is None:
+            return self._value
+        value = make()
+        if not is_tracer(value):  # a value computed inside a trace stays there
+            self._value, self._make = value, None
+        return value
+
+    def _concrete(self) -> bool:
+        return self._make is not None or not is_tracer(self._value)
 
     # -- comparisons: guards ----------------------------------------------
 
@@ -310,14 +332,14 @@ class Guarded:
     def _binary(self, op: str, other: Any, reflected: bool) -> Any:
         fn = _BINARY[op]
         if isinstance(other, Guarded):
-            them = (other.expr, other.value, other.pyval)
+            them = (other.expr, other, other.pyval)
         elif _is_number(other):
             them = ((CONST, other), other, other)
         elif isinstance(other, (jax.Array, np.ndarray)):
             return fn(other, self.exact()) if reflected else fn(self.exact(), other)
         else:
             return NotImplemented
-        me = (self.expr, self.value, self.pyval)
+        me = (self.expr, self, self.pyval)
         left, right = (them, me) if reflected else (me, them)
         pyval = None
         if left[2] is not None and right[2] is not None:
@@ -327,7 +349,16 @@ class Guarded:
                 raise  # as raw optax would, with Python numbers
             except ArithmeticError:  # an overflow: the traced value decides
                 pyval = None
-        out = Guarded(self.ctx, (op, left[0], right[0]), fn(left[1], right[1]), pyval)
+        a, b = left[1], right[1]
+
+        def make() -> Any:
+            return fn(a.value if isinstance(a, Guarded) else a, b.value if isinstance(b, Guarded) else b)
+
+        expr = (op, left[0], right[0])
+        if not self.ctx.record and all(not isinstance(x, Guarded) or x._concrete() for x in (a, b)):
+            out = Guarded(self.ctx, expr, None, pyval, make)  # a rebuild from concrete leaves: lazily
+        else:
+            out = Guarded(self.ctx, expr, make(), pyval)
         out.check_integer_range(left[2], right[2])
         return out
 
@@ -393,9 +424,11 @@ class Guarded:
 
     def _unary(self, op: str) -> Guarded:
         fn = _UNARY[op]
-        out = Guarded(
-            self.ctx, (op, self.expr), fn(self.value), None if self.pyval is None else fn(self.pyval)
-        )
+        pyval = None if self.pyval is None else fn(self.pyval)
+        if not self.ctx.record and self._concrete():
+            out = Guarded(self.ctx, (op, self.expr), None, pyval, lambda: fn(self.value))
+        else:
+            out = Guarded(self.ctx, (op, self.expr), fn(self.value), pyval)
         out.check_integer_range(self.pyval)
         return out
 
@@ -481,9 +514,9 @@ class Guarded:
             if found is None:
                 return self.value
             host, fresh = found
-            value = self.value
-            if fresh is True and not is_tracer(value):
+            if fresh is True and self._concrete():
                 return host  # concrete (eager): no gradient to carry, no arithmetic to dispatch
+            value = self.value
             exact = value + jax.lax.stop_gradient(host - value)  # weak types kept (bf16 parameters)
             return exact if fresh is True else jnp.where(fresh, exact, value)
         if not exact_at_leaf_precision(self.expr) and not jnp.issubdtype(

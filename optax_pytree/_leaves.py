@@ -101,19 +101,23 @@ def exact_child(hosts: Any, of: list[Any], dtypes: tuple[str, ...]) -> tuple[Any
     Vectors, not a scalar leaf each: every leaf is an argument of every
     jitted call that takes the object (dispatch cost per leaf).
     """
-    values = [jnp.asarray(x, d) for x, d in zip(hosts, dtypes)]
-    values.append(jnp.asarray(fingerprint(of, dtypes[-1])))
+    traced = any(is_tracer(x) for x in (*hosts, *of))
+    xp: Any = jnp if traced else np  # concrete: NumPy, then one conversion per vector
+    values = [xp.asarray(x, d) for x, d in zip(hosts, dtypes)]
+    values.append(xp.asarray(fingerprint(of, dtypes[-1])))
     groups, slots = exact_layout(dtypes)
     columns: list[list[Any]] = [[] for _ in groups]
     for x, (g, _) in zip(values, slots):
         columns[g].append(x)
-    return tuple(weak(jnp.stack(jnp.broadcast_arrays(*column), axis=-1)) for column in columns)
+    return tuple(weak(jnp.asarray(xp.stack(xp.broadcast_arrays(*column), axis=-1))) for column in columns)
 
 
 def exact_values(exact: Any, dtypes: tuple[str, ...]) -> list[Any]:
     """The values of an ``exact`` child, in the order :func:`exact_child` took them."""
     _, slots = exact_layout(dtypes)
-    return [exact[g][..., p] for g, p in slots]
+    # Concrete: read on the host (indexing a JAX array is an XLA program).
+    vectors = [x if is_tracer(x) else np.asarray(x) for x in exact]
+    return [vectors[g][..., p] for g, p in slots]
 
 
 @functools.lru_cache(maxsize=256)

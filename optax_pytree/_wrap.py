@@ -375,10 +375,13 @@ def _leaves_and_exact(spec: _spec.Spec, classified: Classified, hosts: dict[Any,
     """The object's leaves and its ``exact`` child (None where nothing is carried)."""
     if not spec.carried:
         return _leaf_values(spec, classified), None
-    if classified.python and all(type(h) in _PYTHON_NUMBERS for h in hosts.values()):
-        # The common case (wrap, replace with Python numbers): one dispatch.
-        values = classified.values
-        dynamic = spec.dynamic_names
+    values = classified.values
+    dynamic = spec.dynamic_names
+    if all(type(values[n]) in _PYTHON_NUMBERS for n in dynamic) and all(
+        type(h) in _PYTHON_NUMBERS for h in hosts.values()
+    ):
+        # The common case (wrap, replace with Python numbers; children kept as
+        # they are): one dispatch.
         converted, exact = _leaves.make_exact(
             [values[n] for n in dynamic],
             [hosts[e] for e in spec.carried],
