@@ -66,27 +66,7 @@ def _as_array(x: Any) -> Any:
 
 
 def fresh(spec: Spec, leaves: tuple[Any, ...], exact: Any) -> Any:
-    """Whether the leaves are those the carried values were computed from (a bool, or traced).
-
-    Concrete, remembered per (leaves, exact) pair of an object: a parent
-    rebuilds its children at every wrap.
-    """
-    key = (id(leaves), id(exact))
-    found = _FRESH.get(key)
-    if found is not None and found[0] is leaves and found[1] is exact:
-        return found[2]
-    ok = _fresh(spec, leaves, exact)
-    if ok is True or ok is False:
-        if len(_FRESH) >= 1024:
-            _FRESH.clear()
-        _FRESH[key] = (leaves, exact, ok)
-    return ok
-
-
-_FRESH: dict[tuple[int, int], tuple[Any, Any, bool]] = {}
-
-
-def _fresh(spec: Spec, leaves: tuple[Any, ...], exact: Any) -> Any:
+    """Whether the leaves are those the carried values were computed from (a bool, or traced)."""
     values = [_as_array(leaves[spec.leaf_index[n]]) for n in spec.carried_names]
     stored = _leaves.exact_values(tuple(_as_array(x) for x in exact), spec.carried_dtypes)[-1]
     now = _leaves.fingerprint(values, spec.carried_dtypes[-1])
@@ -96,19 +76,38 @@ def _fresh(spec: Spec, leaves: tuple[Any, ...], exact: Any) -> Any:
 
 
 def carried(spec: Spec, leaves: tuple[Any, ...], exact: Any) -> dict[Any, tuple[Any, Any]]:
-    """Expression -> (its host value, whether the leaves it was computed from are unchanged)."""
+    """Expression -> (its host value, whether the leaves it was computed from are unchanged).
+
+    Host values weakly typed, as the Python numbers they stand for (bf16
+    parameters). Concrete, remembered per object (its leaves and exact
+    child, immutable): a parent rebuilds its children at every wrap, an
+    eager update rebuilds its transformation.
+    """
     if exact is None:
         return {}
+    key = (id(leaves), id(exact))
+    found = _CARRIED.get(key)
+    if found is not None and found[0] is leaves and found[1] is exact:
+        return found[2]
     ok = fresh(spec, leaves, exact)
-    # Weakly typed, as the Python number each stands for (bf16 parameters).
     values = _leaves.exact_values(tuple(_as_array(x) for x in exact), spec.carried_dtypes)
-    return {expr: (_weak_scalar(x), ok) for expr, x in zip(spec.carried, values)}
+    out = {expr: (_weak_scalar(x), ok) for expr, x in zip(spec.carried, values)}
+    if ok is True or ok is False:  # concrete
+        if len(_CARRIED) >= 1024:
+            _CARRIED.clear()
+        _CARRIED[key] = (leaves, exact, out)
+    return out
+
+
+# (id(leaves), id(exact)) -> (leaves, exact, carried): the entries keep their
+# keys' objects alive, so an id is not reused while it is a key.
+_CARRIED: dict[tuple[int, int], tuple[Any, Any, dict[Any, tuple[Any, Any]]]] = {}
 
 
 def _weak_scalar(x: Any) -> Any:
-    """A carried value as the Python number it stands for: weakly typed (bf16 parameters)."""
+    """A carried value as a weakly typed array (concrete: from its Python number, no XLA program)."""
     if isinstance(x, np.ndarray) and x.ndim == 0:
-        return x.item()  # a Python float: weak, and exactly the float32 value
+        return jnp.asarray(x.item())  # weakly typed, exactly the float32 value
     return _leaves.weak(jnp.asarray(x))
 
 
