@@ -105,9 +105,10 @@ _CARRIED: dict[tuple[int, int], tuple[Any, Any, dict[Any, tuple[Any, Any]]]] = {
 
 
 def _weak_scalar(x: Any) -> Any:
-    """A carried value as a weakly typed array (concrete: from its Python number, no XLA program)."""
+    """A carried value, weakly typed: concrete, the Python number it stands for (as optax has
+    it; exactly the float32 value), else a weakly typed array."""
     if isinstance(x, np.ndarray) and x.ndim == 0:
-        return jnp.asarray(x.item())  # weakly typed, exactly the float32 value
+        return x.item()
     return _leaves.weak(jnp.asarray(x))
 
 

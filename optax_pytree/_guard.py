@@ -486,12 +486,12 @@ class Guarded:
         # JAX looks this up before refusing the object in an implicit
         # conversion (a jnp function given it): record who got that far.
         self.ctx.escapes.append((self.names, self.ctx.phase))
-        return self.exact
+        return lambda: _array(self.exact())
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
-        return getattr(self.exact(), name)  # dtype, shape, astype, ...: the leaf's
+        return getattr(_array(self.exact()), name)  # dtype, shape, astype, ...: the leaf's
 
     def exact(self) -> Any:
         """The value JAX gets: the host's (Python's precision) where the object carries it.
@@ -534,6 +534,11 @@ class Guarded:
 
     def __reduce__(self) -> Any:
         raise TypeError(f"a guarded stand-in for {text(self.expr)} cannot be pickled")
+
+
+def _array(x: Any) -> Any:
+    """A value as an array: a carried host value is a Python number (weakly typed, as in optax)."""
+    return jnp.asarray(x) if type(x) in (int, float, complex) else x
 
 
 def _power_of_two(x: Any) -> bool:
