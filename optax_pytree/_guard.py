@@ -172,6 +172,7 @@ class Context:
         "phase",
         "record",
         "recorded",
+        "resolved",
         "seen_call",
     )
 
@@ -195,6 +196,9 @@ class Context:
         # and the snapshot of its arguments' leaves it was computed from.
         self.exprs: dict[Expr, str] = {}  # expression -> the dtype of its traced value
         self.carried: dict[Expr, tuple[Any, Any]] = carried or {}
+        # (expression, id of the trace) -> (trace, its exact value): optax
+        # computes ``1 - b1`` anew for every parameter leaf; one per trace.
+        self.resolved: dict[tuple[Expr, int], tuple[Any, Any]] = {}
 
     def answer(self, key: Key, pyval: Any) -> bool:
         if self.record:
@@ -517,8 +521,15 @@ class Guarded:
             if fresh is True and self._concrete():
                 return host  # concrete (eager): no gradient to carry, no arithmetic to dispatch
             value = self.value
+            trace = getattr(value, "_trace", None)
+            key = (self.expr, id(trace))
+            found = ctx.resolved.get(key)
+            if found is not None and found[0] is trace:
+                return found[1]  # the same value in the same trace: once (gradients alike)
             exact = value + jax.lax.stop_gradient(host - value)  # weak types kept (bf16 parameters)
-            return exact if fresh is True else jnp.where(fresh, exact, value)
+            exact = exact if fresh is True else jnp.where(fresh, exact, value)
+            ctx.resolved[key] = (trace, exact)
+            return exact
         if not exact_at_leaf_precision(self.expr) and not jnp.issubdtype(
             jnp.result_type(self.value), jnp.integer
         ):
