@@ -324,11 +324,13 @@ class PyTreeTransformation(_Wrapped, optax.GradientTransformationExtraArgs):  # 
         >>> isinstance(tx, optax.GradientTransformation)
         True
         >>> [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(tx)[0]]
-        ['.learning_rate', '.b1', '.b2', '.eps', '.eps_root']
+        ['.learning_rate', '.b1', '.b2', '.eps', '.eps_root', '.exact[0]']
+        >>> tx.exact[0].shape  # 1 - b1 and 1 - b2 as Python computes them, and their fingerprint
+        (3,)
         >>> params = {"w": jnp.ones(2)}
         >>> updates, state = tx.update({"w": jnp.ones(2)}, tx.init(params), params)
-        >>> updates["w"]
-        Array([-0.1, -0.1], dtype=float32)
+        >>> updates["w"]  # plain optax.adam(0.1)'s numbers, to the last bit
+        Array([-0.09999934, -0.09999934], dtype=float32)
     """
 
     def init(self, params: Any) -> Any:  # pyright: ignore[reportIncompatibleVariableOverride]
