@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import optax
 import pytest
 from helpers import (
+    BIT_FOR_BIT_UNDER_JIT,
     PARAMS,
     PARAMS_FOR,
     RUN_OPTIONS,
@@ -131,7 +132,7 @@ def test_transformation_matches_optax_bit_for_bit(name: str, factory: Any) -> No
     _assert_bit_for_bit_or_listed(
         training_loop(tx, params, **options),
         training_loop(reference, params, **options),
-        listed=name in NOT_BIT_FOR_BIT_UNDER_JIT,
+        listed=name in NOT_BIT_FOR_BIT_UNDER_JIT or not BIT_FOR_BIT_UNDER_JIT,
     )
     _assert_bit_for_bit_or_listed(
         training_loop(tx, params, jit=False, **options),
@@ -168,7 +169,9 @@ def test_schedule_matches_optax(name: str, factory: Any) -> None:
     raw_values = jax.jit(lambda steps: jax.vmap(reference)(steps))(SCHEDULE_STEPS)
     values, traces = counting_jit(values)
     _assert_bit_for_bit_or_listed(
-        values(schedule, SCHEDULE_STEPS), raw_values, listed=name in NOT_BIT_FOR_BIT_UNDER_JIT
+        values(schedule, SCHEDULE_STEPS),
+        raw_values,
+        listed=name in NOT_BIT_FOR_BIT_UNDER_JIT or not BIT_FOR_BIT_UNDER_JIT,
     )
     found = first_float_leaf(schedule)
     if found is None:
@@ -221,7 +224,10 @@ def test_only_what_needs_a_python_value_is_static() -> None:
         "optax.linear_onecycle_schedule.pct_start",
         "optax.linear_onecycle_schedule.pct_final",
     }
-    if version(optax) < (0, 2, 8):  # fori_loop(0, ns_steps, ..., unroll=True): a Python trip count
+    if version(optax) < (0, 2, 8) or version(jax) >= (0, 12):
+        # optax < 0.2.8: fori_loop(0, ns_steps, ..., unroll=True), a Python trip
+        # count; jax 0.12: its loop of a traced trip count is another program,
+        # evaluated by the verification otherwise than the unrolled one (static: safe).
         allowed |= {"optax.contrib.muon.ns_steps", "optax.contrib.scale_by_muon.ns_steps"}
     if version(optax) < (0, 2, 7):  # np.cumprod of the piecewise schedule's values
         allowed |= {"optax.piecewise_interpolate_schedule.init_value"} | {
@@ -242,6 +248,7 @@ def test_only_what_needs_a_python_value_is_static() -> None:
         assert expected in guarded, expected
 
 
+@pytest.mark.skipif(not BIT_FOR_BIT_UNDER_JIT, reason="the exceptions are measured with jaxlib 0.10's XLA")
 def test_jit_exceptions_are_xla_constant_rewrites() -> None:
     """Every listed exception is bit for bit once XLA rewrites nothing around constants."""
     names = sorted(NOT_BIT_FOR_BIT_UNDER_JIT)
