@@ -287,7 +287,7 @@ def fingerprint(leaves: list[Any], dtype: Any = FINGERPRINT_DTYPE) -> Any:
     h = xp.asarray(0x1E3779B9, xp.int32)
     with np.errstate(all="ignore"):
         for x in leaves:
-            x = x if traced else np.asarray(x)
+            x = jnp.asarray(x) if traced else np.asarray(x)
             if xp.issubdtype(x.dtype, xp.complexfloating):
                 parts = [xp.real(x), xp.imag(x)]
             else:
