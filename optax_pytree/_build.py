@@ -18,10 +18,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from . import _bind, _guard, _leaves
-from ._classify import DYNAMIC, STATIC, is_wrapped
+from . import _bind, _checks, _detach, _expr, _guard, _leaves
+from ._classify import is_wrapped
 from ._detect import as_transformation
 from ._spec import Spec
+from ._vocabulary import Kind, Phase, Role
 
 
 def _identity(x: Any) -> Any:
@@ -39,10 +40,10 @@ def build_child(w: Any) -> Any:
 def argument(spec: Spec, leaves: tuple[Any, ...], name: str, build_children: bool = False) -> Any:
     """One argument's value; children built into plain optax objects if asked."""
     role = spec.roles[name]
-    if role == STATIC:
+    if role == Role.STATIC:
         return spec.static[name]
     value = leaves[spec.leaf_index[name]]
-    if role == DYNAMIC:
+    if role == Role.DYNAMIC:
         return _as_array(value)
     fn = build_child if build_children else _identity
     return spec.templates[name].merge(value, fn) if name in spec.templates else fn(value)
@@ -118,7 +119,7 @@ def _call(spec: Spec, leaves: tuple[Any, ...], exact: Any = None) -> tuple[Any, 
     ok = ctx = None
     if spec.tracked:
         env = {n: values[n] for n in spec.tracked}
-        host = _guard.host_values(env)
+        host = _checks.host_values(env)
         ctx = _guard.Context(
             spec.info.name, record=False, recorded=spec.outcomes, carried=carried(spec, leaves, exact)
         )
@@ -128,15 +129,15 @@ def _call(spec: Spec, leaves: tuple[Any, ...], exact: Any = None) -> tuple[Any, 
             pyvals = {n: _leaves.python_value(host[n]) for n in spec.tracked}
         else:
             if spec.guards:
-                ok = _guard.traced_ok(spec.guards, env)
+                ok = _checks.traced_ok(spec.guards, env)
             pyvals = dict.fromkeys(spec.tracked)
         for n in spec.tracked:
-            values[n] = _guard.Guarded(ctx, (_guard.ARG, n), values[n], pyvals[n])
+            values[n] = _guard.Guarded(ctx, (_expr.ARG, n), values[n], pyvals[n])
     try:
         built = _bind.call_quietly(spec.info, values)
         if ctx is not None:
-            built = _guard.detach(built, ctx, spec.keep)
-            ctx.phase = "call"
+            built = _detach.detach(built, ctx, spec.keep)
+            ctx.phase = Phase.CALL
     except Exception as e:
         raise_traced_failure(e, spec, leaves, "building it")
         raise
@@ -144,15 +145,15 @@ def _call(spec: Spec, leaves: tuple[Any, ...], exact: Any = None) -> tuple[Any, 
 
 
 def _check(spec: Spec, host: dict[str, Any]) -> None:
-    bad = _guard.mismatches(spec.guards, host)
+    bad = _checks.mismatches(spec.guards, host)
     if not bad:
         return
     key, recorded, got = bad[0]
-    names = sorted(_guard.key_names(key))
+    names = sorted(_expr.key_names(key))
     shown = ", ".join(f"{n}={_short(host[n])}" for n in names)
     raise ValueError(
         f"{spec.info.name}: {shown} takes another branch of the factory than this object was made "
-        f"for ({_guard.key_text(key)} is {_short(got)} for it, {recorded} when it was made): its "
+        f"for ({_expr.key_text(key)} is {_short(got)} for it, {recorded} when it was made): its "
         "leaves were changed without re-making it (jax.tree.map, tree_unflatten, ...). Change "
         "hyperparameters with replace(), which re-checks them, or mark the argument static"
     )
@@ -169,7 +170,7 @@ def _short(x: Any) -> str:
 def build(spec: Spec, leaves: tuple[Any, ...], exact: Any = None) -> Any:
     """The plain optax transformation (``MultiSteps`` unwrapped) or schedule."""
     built, ok = _call(spec, leaves, exact)
-    if spec.kind == "transformation":
+    if spec.kind is Kind.TRANSFORMATION:
         tx = as_transformation(built)
         if not spec.keep and ok is None:
             return tx
@@ -182,7 +183,7 @@ def build(spec: Spec, leaves: tuple[Any, ...], exact: Any = None) -> Any:
 def _finish(ok: Any) -> Callable[[Any], Any]:
     if ok is None:
         return _guard.unwrap
-    return lambda out: _guard.poison(_guard.unwrap(out), ok)
+    return lambda out: _checks.poison(_guard.unwrap(out), ok)
 
 
 def _guarded_transformation(tx: Any, ok: Any) -> tuple[Any, Any]:
@@ -224,13 +225,14 @@ def raise_traced_failure(e: Exception, spec: Spec, leaves: tuple[Any, ...], wher
     about_tracers = isinstance(e, concreteness) or (
         isinstance(e, TypeError) and any(w in text for w in ("Traced<", "Tracer", "concrete"))
     )
-    dynamic = [n for n in spec.leaf_names if spec.roles[n] == DYNAMIC]
+    dynamic = [n for n in spec.leaf_names if spec.roles[n] == Role.DYNAMIC]
     if not about_tracers and not (spec.undecided and dynamic):
         return  # not about a traced value: the factory's own error stands
     traced = [
         n
         for n, leaf in zip(spec.leaf_names, leaves)
-        if spec.roles[n] == DYNAMIC and any(_leaves.is_tracer(x) for x in jax.tree_util.tree_leaves(leaf))
+        if spec.roles[n] == Role.DYNAMIC
+        and any(_leaves.is_tracer(x) for x in jax.tree_util.tree_leaves(leaf))
     ]
     if about_tracers and dynamic:
         # Traced leaves (the object passed into jit), or concrete ones closed

@@ -18,6 +18,8 @@ from typing import Any
 
 from optax._src import base
 
+from ._vocabulary import Kind
+
 _TRANSFORMATIONS = (base.GradientTransformation, base.GradientTransformationExtraArgs)
 _TRANSFORMATION_NAMES = ("GradientTransformation", "GradientTransformationExtraArgs")
 
@@ -28,14 +30,14 @@ def _returns_section(doc: str | None) -> str:
     return doc.split("Returns:", 1)[1].split("\n\n", 1)[0]
 
 
-def factory_kind(obj: Any) -> str | None:
-    """``"transformation"``, ``"schedule"`` or None (not a factory)."""
+def factory_kind(obj: Any) -> Kind | None:
+    """A transformation factory, a schedule factory, or None (not a factory)."""
     if inspect.isclass(obj):
         if issubclass(obj, tuple):  # states, GradientTransformation itself
             return None
         if callable(getattr(obj, "init", None)) and callable(getattr(obj, "update", None)):
             if callable(getattr(obj, "gradient_transformation", None)):
-                return "transformation"
+                return Kind.TRANSFORMATION
         return None
     if isinstance(obj, functools.partial):  # optax.nadam = partial(adam, nesterov=True)
         return factory_kind(obj.func)
@@ -48,18 +50,18 @@ def factory_kind(obj: Any) -> str | None:
     if isinstance(returns, str):
         last = returns.rsplit(".", 1)[-1]
         if last in _TRANSFORMATION_NAMES:
-            return "transformation"
+            return Kind.TRANSFORMATION
         if last == "Schedule":
-            return "schedule"
+            return Kind.SCHEDULE
         return None
     if returns in _TRANSFORMATIONS:
-        return "transformation"
+        return Kind.TRANSFORMATION
     if returns == base.Schedule:
-        return "schedule"
+        return Kind.SCHEDULE
     if returns is inspect.Signature.empty and "gradient transformation" in _returns_section(
         obj.__doc__
     ).lower().replace("gradienttransformation", "gradient transformation"):
-        return "transformation"
+        return Kind.TRANSFORMATION
     return None
 
 

@@ -23,8 +23,9 @@ import numpy as np
 
 from . import _leaves
 from ._bind import public_name
-from ._classify import STATIC, is_wrapped
+from ._classify import is_wrapped
 from ._stateful import PyTreeTransformationWithState
+from ._vocabulary import Role
 
 __all__ = ["checkpoint_signature", "restore_checkpoint", "save_checkpoint"]
 
@@ -90,7 +91,7 @@ def _describe_node(x: Any) -> str:
     spec = x._core.spec  # pyright: ignore[reportPrivateUsage]
     parts = []
     for name, role in spec.roles.items():
-        if role == STATIC:
+        if role == Role.STATIC:
             parts.append(f"{name}={_render(spec.static[name])}")
         elif name in spec.templates:  # a container of wrapped values: its static part
             parts.append(f"{name}={_render(spec.templates[name].template)}")

@@ -25,10 +25,7 @@ import jax
 
 from . import _leaves, _static
 from ._bind import FactoryInfo
-
-DYNAMIC = "dynamic"
-CHILD = "child"
-STATIC = "static"
+from ._vocabulary import Role
 
 T = TypeVar("T")
 
@@ -85,7 +82,7 @@ def static(value: T) -> T:
         >>> dropin.adam(1e-3, b2=opx.static(0.999)).b2
         0.999
     """
-    return typing.cast(T, _Marked(value, STATIC))
+    return typing.cast(T, _Marked(value, Role.STATIC))
 
 
 def dynamic(value: T) -> T:
@@ -106,7 +103,7 @@ def dynamic(value: T) -> T:
         >>> opx.wrap(optax.sgd, learning_rate=opx.dynamic(0.1)).dynamic_argnames
         ('learning_rate',)
     """
-    return typing.cast(T, _Marked(value, DYNAMIC))
+    return typing.cast(T, _Marked(value, Role.DYNAMIC))
 
 
 # --------------------------------------------------------------------------
@@ -357,7 +354,7 @@ def classify(info: FactoryInfo, arguments: dict[str, Any], options: Options) -> 
     marked_static, marked_dynamic = [], []
     for name, value in arguments.items():
         if isinstance(value, _Marked):
-            (marked_static if value.role == STATIC else marked_dynamic).append(name)
+            (marked_static if value.role == Role.STATIC else marked_dynamic).append(name)
             arguments = {**arguments, name: value.value}
     options = options.with_marks(marked_static, marked_dynamic)
     out.options = options
@@ -371,14 +368,14 @@ def classify(info: FactoryInfo, arguments: dict[str, Any], options: Options) -> 
     for name, value in arguments.items():
         if plain and (type(value) is float or (type(value) is int and _leaves.fits_int_leaf(value))):
             candidates.append(name)
-            key_parts.append((name, DYNAMIC, _leaves.python_kind_key(type(value), x64)))
+            key_parts.append((name, Role.DYNAMIC, _leaves.python_kind_key(type(value), x64)))
             given.append((type(value), value is defaults.get(name, _NO_DEFAULT)))
-            roles[name] = DYNAMIC
+            roles[name] = Role.DYNAMIC
             values[name] = value
             continue
         check_value(info, name, value)
         if name in options.static:
-            role = STATIC
+            role = Role.STATIC
             key_parts.append((name, role, _static.freeze(value)))
         elif name in options.dynamic:
             if not (_leaves.is_numeric(value) or is_numeric_tree(value)):
@@ -388,26 +385,26 @@ def classify(info: FactoryInfo, arguments: dict[str, Any], options: Options) -> 
                     "is not numeric (an int, float, complex or numeric array, or a pytree of them)"
                 )
             python = False
-            role = DYNAMIC
+            role = Role.DYNAMIC
             python = False
             out.forced.append(name)
             key_parts.append((name, "forced dynamic", _leaves.aval_key(value)))
         elif is_wrapped(value):
             python = False
-            role = CHILD
+            role = Role.CHILD
             key_parts.append((name, role, jax.tree_util.tree_structure(value)))
         elif isinstance(value, (tuple, list, dict)) and _contains_wrapped(value):
             python = False
-            role = CHILD
+            role = Role.CHILD
             out.templates[name], value = Template.split(value)
             key_parts.append((name, role, out.templates[name].key, jax.tree_util.tree_structure(value)))
         elif _leaves.is_integer(value) and not _leaves.fits_int_leaf(value):
             # 10**10 steps: an int32 leaf cannot hold it, Python's int can.
-            role = STATIC
+            role = Role.STATIC
             out.wide.append(name)
             key_parts.append((name, role, _static.freeze(value)))
         elif _leaves.is_numeric(value) and (options.dynamic_only is None or name in options.dynamic_only):
-            role = DYNAMIC
+            role = Role.DYNAMIC
             out.candidates.append(name)
             # Not the shape: a batch of values (a population, replaced outside
             # vmap) takes the branches of its members (checked elementwise).
@@ -415,7 +412,7 @@ def classify(info: FactoryInfo, arguments: dict[str, Any], options: Options) -> 
             given.append((_leaves.given_type(value), value is defaults.get(name, _NO_DEFAULT)))
             python = python and type(value) in (int, float, complex)
         else:
-            role = STATIC
+            role = Role.STATIC
             key_parts.append((name, role, _static.freeze(value)))
         out.roles[name] = role
         out.values[name] = value

@@ -41,15 +41,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from . import _bind, _guard, _static
+from . import _bind, _checks, _detach, _expr, _guard, _static
 from ._bind import FactoryInfo
 from ._leaves import is_tracer, python_value, static_form
-
-STATIC = "static"
-RAW = "raw"
-CONSTRUCT = "construct"
-KEEP = "keep"
-_DOWN = {KEEP: CONSTRUCT, CONSTRUCT: RAW, RAW: STATIC}
+from ._vocabulary import Kind, Level, Mode, Phase
 
 # How far the probe drives what the factory returns, deepest first: update
 # with every extra argument optax's transformations take (those of line
@@ -58,15 +53,15 @@ _DOWN = {KEEP: CONSTRUCT, CONSTRUCT: RAW, RAW: STATIC}
 # each group alone (a transformation with explicit keywords refuses the
 # rest), update alone, init, or construction only.
 _EXTRAS = {
-    "update+all": ("value", "grad", "value_fn", "obj_fn", "grad_fn"),
-    "update+linesearch": ("value", "grad", "value_fn"),
-    "update+obj_fn": ("obj_fn",),
-    "update+grad_fn": ("grad_fn",),
-    "update": (),
+    Level.UPDATE_ALL: ("value", "grad", "value_fn", "obj_fn", "grad_fn"),
+    Level.UPDATE_LINESEARCH: ("value", "grad", "value_fn"),
+    Level.UPDATE_OBJ_FN: ("obj_fn",),
+    Level.UPDATE_GRAD_FN: ("grad_fn",),
+    Level.UPDATE: (),
 }
 _LEVELS = {
-    "transformation": (*_EXTRAS, "init", "build"),
-    "schedule": ("call", "build"),
+    Kind.TRANSFORMATION: (*_EXTRAS, Level.INIT, Level.BUILD),
+    Kind.SCHEDULE: (Level.CALL, Level.BUILD),
 }
 
 
@@ -80,7 +75,7 @@ def _gradient(params: Any, i: Any = 0) -> Any:
     return jax.tree_util.tree_map(lambda x: 2 * x, params)
 
 
-def _extra_args(level: str, value: Any, params: Any) -> dict[str, Any]:
+def _extra_args(level: Level, value: Any, params: Any) -> dict[str, Any]:
     every = {
         "value": value,
         "grad": _gradient(params),
@@ -139,15 +134,15 @@ def _takes_extra_args(update: Any) -> bool:
         return False
 
 
-def exercise(built: Any, kind: str, level: str, params: Any, count: Any, value: Any) -> Any:
+def exercise(built: Any, kind: Kind, level: Level, params: Any, count: Any, value: Any) -> Any:
     """What the probe (and the verification) run: init, then an update; a schedule at ``count``."""
-    if level == "build":
+    if level is Level.BUILD:
         return None
-    if kind == "schedule":
+    if kind is Kind.SCHEDULE:
         return built(count)
     tx = as_transformation(built)
     state = tx.init(params)
-    if level == "init":
+    if level is Level.INIT:
         return state
     extra = _extra_args(level, value, params)
     updates, new_state = tx.update(_gradient(params), state, params, **extra)
@@ -192,7 +187,7 @@ class Probe:
     def __init__(
         self,
         info: FactoryInfo,
-        kind: str,
+        kind: Kind,
         base: dict[str, Any],
         concrete: dict[str, Any],
         leaves: dict[str, Any],
@@ -205,11 +200,11 @@ class Probe:
         self.abstract = {n: _spec(v) for n, v in leaves.items()}  # candidate -> leaf spec
         self.pyvals = {n: python_value(v) for n, v in concrete.items()}
         self.param_shapes = [*param_shapes, *_default_param_shapes()]
-        self.level: str | None = None
+        self.level: Level | None = None
         self.params: Any = None
-        self.fixed: dict[str, str] = {}  # candidates the verification found must be static
+        self.fixed: dict[str, Mode] = {}  # candidates the verification found must be static
 
-    def run(self, modes: Mapping[str, str], level: str | None = None, params: Any = None) -> Run:
+    def run(self, modes: Mapping[str, Mode], level: Level | None = None, params: Any = None) -> Run:
         if level is None:
             assert self.level is not None, "baseline() first"
             level, params = self.level, self.params if params is None else params
@@ -222,19 +217,19 @@ class Probe:
             holder.append(ctx)
             args = dict(self.base)
             for n, mode in modes.items():
-                if mode == STATIC:
+                if mode is Mode.PYTHON_VALUE:
                     args[n] = self.concrete[n]
-                elif mode == RAW:
+                elif mode is Mode.LEAF:
                     args[n] = dyn[n]
                 else:
-                    args[n] = _guard.Guarded(ctx, (_guard.ARG, n), dyn[n], self.pyvals[n])
+                    args[n] = _guard.Guarded(ctx, (_expr.ARG, n), dyn[n], self.pyvals[n])
             built = _bind.call_quietly(info, args)
-            built = _guard.detach(built, ctx, frozenset(n for n, m in modes.items() if m == KEEP))
-            ctx.phase = "call"
+            built = _detach.detach(built, ctx, frozenset(n for n, m in modes.items() if m is Mode.GUARDED))
+            ctx.phase = Phase.CALL
             return _guard.unwrap(exercise(built, self.kind, at, params, count, value))
 
         args = (
-            {n: self.abstract[n] for n, m in modes.items() if m != STATIC},
+            {n: self.abstract[n] for n, m in modes.items() if m is not Mode.PYTHON_VALUE},
             params,
             jax.ShapeDtypeStruct((), jnp.int32),
             jax.ShapeDtypeStruct((), jnp.float32),
@@ -257,9 +252,9 @@ class Probe:
 
     def baseline(self) -> bool:
         """Finds the deepest run that succeeds with every candidate concrete."""
-        static = dict.fromkeys(self.concrete, STATIC)
+        static = dict.fromkeys(self.concrete, Mode.PYTHON_VALUE)
         for level in _LEVELS[self.kind]:
-            for params in self.param_shapes if level != "build" else [None]:
+            for params in self.param_shapes if level is not Level.BUILD else [None]:
                 if self.run(static, level, params).error is None:
                     self.level, self.params = level, params
                     return True
@@ -280,10 +275,10 @@ class Analysis:
 
     def __init__(
         self,
-        kind: str,
+        kind: Kind,
         static: tuple[str, ...] = (),
-        modes: dict[str, str] | None = None,
-        guards: tuple[tuple[_guard.Key, bool], ...] = (),
+        modes: dict[str, Mode] | None = None,
+        guards: tuple[tuple[_expr.Key, bool], ...] = (),
         undecided: bool = False,
         values: Mapping[str, Any] | None = None,
     ):
@@ -295,11 +290,11 @@ class Analysis:
         self.static_key = tuple(_static.freeze(static_form((values or {})[n])) for n in static)
         # How deep the probe could drive the result, on which stand-in
         # parameters: where the verification runs it too.
-        self.level: str = "build"
+        self.level = Level.BUILD
         self.params: Any = None
         # Expressions of the arguments that reach JAX (``1 - b2``): evaluated
         # on the host when an object is made, and carried as its leaves.
-        self.carried: tuple[tuple[_guard.Expr, str], ...] = ()  # (expression, dtype of its value)
+        self.carried: tuple[tuple[_expr.Expr, str], ...] = ()  # (expression, dtype of its value)
 
     def matches(self, values: Mapping[str, Any]) -> bool | None:
         """Whether these values take this analysis' branches (None: cannot tell, traced).
@@ -317,7 +312,7 @@ class Analysis:
             if any(is_tracer(v) for v in batch.values()):
                 return None
             env = {n: np.asarray(v) for n, v in batch.items()}
-        return not _guard.mismatches(self.guards, env)
+        return not _checks.mismatches(self.guards, env)
 
 
 def search(probe: Probe, candidates: Sequence[str], proxiable: frozenset[str]) -> Analysis | None:
@@ -328,7 +323,7 @@ def search(probe: Probe, candidates: Sequence[str], proxiable: frozenset[str]) -
     # its integer arithmetic checked against int32. Most factories run so at
     # the deepest level on the first stand-in parameters: then that is the
     # level, without a run with every candidate concrete first.
-    modes = {n: KEEP if n in proxiable else RAW for n in candidates}
+    modes = {n: Mode.GUARDED if n in proxiable else Mode.LEAF for n in candidates}
     level, params = _LEVELS[probe.kind][0], probe.param_shapes[0]
     run = probe.run(modes, level, params)
     if run.error is None and run.ctx is not None and not run.ctx.needs:
@@ -336,11 +331,11 @@ def search(probe: Probe, candidates: Sequence[str], proxiable: frozenset[str]) -
     else:
         if not probe.baseline():
             return None
-        if probe.level == "build":
-            modes = {n: CONSTRUCT if m == KEEP else m for n, m in modes.items()}
+        if probe.level is Level.BUILD:
+            modes = {n: Mode.GUARDED_WHILE_BUILT if m is Mode.GUARDED else m for n, m in modes.items()}
         run = probe.run(modes)
     assert probe.level is not None
-    call_time = probe.level != "build"
+    call_time = probe.level is not Level.BUILD
     for _ in range(4 * len(candidates) + 4):
         ctx = run.ctx
         if ctx is not None and ctx.needs:
@@ -354,12 +349,12 @@ def search(probe: Probe, candidates: Sequence[str], proxiable: frozenset[str]) -
             if not shape_dependent:
                 break
             for n in shape_dependent:
-                modes[n] = CONSTRUCT
+                modes[n] = Mode.GUARDED_WHILE_BUILT
         elif not (ctx is not None and _demote(modes, ctx.escapes)):
             culprit = _bisect(probe, modes, candidates)
             if culprit is None:  # pragma: no cover - the all-static baseline runs
                 return None
-            modes[culprit] = _DOWN[modes[culprit]]
+            modes[culprit] = modes[culprit].down
         run = probe.run(modes)
     else:  # pragma: no cover - each round moves one argument down a mode
         return None
@@ -369,10 +364,10 @@ def search(probe: Probe, candidates: Sequence[str], proxiable: frozenset[str]) -
     # an expression that reached JAX is a plain leaf.
     # (Nothing it recorded changes: no run again.)
     used = _used(run.ctx)
-    modes = {n: RAW if m in (KEEP, CONSTRUCT) and n not in used else m for n, m in modes.items()}
+    modes = {n: Mode.LEAF if m.guarded and n not in used else m for n, m in modes.items()}
     carried = tuple(run.ctx.exprs.items())
-    static = tuple(n for n in candidates if modes[n] == STATIC)
-    tracked = {n: m for n, m in modes.items() if m in (KEEP, CONSTRUCT)}
+    static = tuple(n for n in candidates if modes[n] is Mode.PYTHON_VALUE)
+    tracked = {n: m for n, m in modes.items() if m.guarded}
     found = Analysis(probe.kind, static, tracked, guards, undecided=not call_time, values=probe.concrete)
     found.carried = carried
     return _found(probe, found)
@@ -380,8 +375,8 @@ def search(probe: Probe, candidates: Sequence[str], proxiable: frozenset[str]) -
 
 def _used(ctx: _guard.Context) -> frozenset[str]:
     """The arguments whose stand-ins mattered: compared, or in an expression that reached JAX."""
-    names = [_guard.key_names(k) for k in ctx.recorded]
-    names += [_guard.names_in(e) for e in ctx.exprs]
+    names = [_expr.key_names(k) for k in ctx.recorded]
+    names += [_expr.names_in(e) for e in ctx.exprs]
     return frozenset().union(*names) if names else frozenset()
 
 
@@ -394,49 +389,49 @@ def _found(probe: Probe, analysis: Analysis) -> Analysis:
     return analysis
 
 
-def _shape_dependent_guards(probe: Probe, modes: Mapping[str, str], ctx: _guard.Context) -> set[str]:
+def _shape_dependent_guards(probe: Probe, modes: Mapping[str, Mode], ctx: _guard.Context) -> set[str]:
     """Arguments kept for call time whose guards change with the parameters' shapes."""
-    kept = {n for n, m in modes.items() if m == KEEP}
-    call_keys = {k for k in ctx.seen_call if _guard.key_names(k) & kept}
+    kept = {n for n, m in modes.items() if m is Mode.GUARDED}
+    call_keys = {k for k in ctx.seen_call if _expr.key_names(k) & kept}
     if not call_keys:
         return set()
     other = probe.run(modes, probe.level, _other_dims(probe.params))
     if other.error is not None or other.ctx is None:
         return set(kept)
     first = {k: ctx.recorded[k] for k in call_keys}
-    second = {k: other.ctx.recorded[k] for k in other.ctx.seen_call if _guard.key_names(k) & kept}
+    second = {k: other.ctx.recorded[k] for k in other.ctx.seen_call if _expr.key_names(k) & kept}
     differing = set(first.items()) ^ set(second.items())
-    return {n for k, _ in differing for n in _guard.key_names(k) if n in kept}
+    return {n for k, _ in differing for n in _expr.key_names(k) if n in kept}
 
 
-def _demote(modes: dict[str, str], events: Sequence[tuple[frozenset[str], str]]) -> bool:
+def _demote(modes: dict[str, Mode], events: Sequence[tuple[frozenset[str], Phase]]) -> bool:
     """Stand-ins that reached JAX or Python-value use go down a mode; whether any did.
 
     Met only at call time: no longer kept in ``update`` (``construct``);
     met while the factory runs: a plain leaf (``raw``).
     """
-    phases: dict[str, set[str]] = {}
+    phases: dict[str, set[Phase]] = {}
     for names, phase in events:
         for n in names:
             phases.setdefault(n, set()).add(phase)
     moved = False
     for n, seen in phases.items():
         mode = modes.get(n)
-        if mode == KEEP and seen == {"call"}:
-            modes[n] = CONSTRUCT
+        if mode is Mode.GUARDED and seen == {Phase.CALL}:
+            modes[n] = Mode.GUARDED_WHILE_BUILT
             moved = True
-        elif mode in (KEEP, CONSTRUCT):
-            modes[n] = RAW
+        elif mode is not None and mode.guarded:
+            modes[n] = Mode.LEAF
             moved = True
     return moved
 
 
-def _bisect(probe: Probe, modes: dict[str, str], candidates: Sequence[str]) -> str | None:
+def _bisect(probe: Probe, modes: dict[str, Mode], candidates: Sequence[str]) -> str | None:
     """A candidate whose mode breaks the run, the others as they are (earlier ones not static)."""
-    order = [n for n in candidates if modes[n] != STATIC]
+    order = [n for n in candidates if modes[n] is not Mode.PYTHON_VALUE]
 
     def ok(prefix: Sequence[str]) -> bool:
-        trial = {n: modes[n] if n in prefix else STATIC for n in modes}
+        trial = {n: modes[n] if n in prefix else Mode.PYTHON_VALUE for n in modes}
         run = probe.run(trial)
         return run.error is None and not (run.ctx is not None and run.ctx.needs)
 
@@ -455,7 +450,7 @@ def _bisect(probe: Probe, modes: dict[str, str], candidates: Sequence[str]) -> s
 
 def analyse(
     info: FactoryInfo,
-    kind: str,
+    kind: Kind,
     base: dict[str, Any],
     concrete: dict[str, Any],
     leaves: dict[str, Any],
@@ -470,7 +465,7 @@ def analyse(
     if not concrete:
         return Analysis(kind)
     probe = Probe(info, kind, base, concrete, leaves, param_shapes)
-    probe.fixed = dict.fromkeys(static, STATIC)
+    probe.fixed = dict.fromkeys(static, Mode.PYTHON_VALUE)
     proxiable = frozenset(
         n for n, v in concrete.items() if probe.pyvals[n] is not None or _is_scalar_tracer(v)
     )
@@ -484,12 +479,12 @@ def _is_scalar_tracer(x: Any) -> bool:
     return is_tracer(x) and jnp.ndim(x) == 0
 
 
-def callable_kind(result: Any) -> str | None:
-    """``"transformation"``, ``"schedule"`` or None, for what a factory returned."""
+def callable_kind(result: Any) -> Kind | None:
+    """What a factory returned is a transformation, a schedule, or neither (None)."""
     if isinstance(result, optax.GradientTransformation) or (
         callable(getattr(result, "init", None)) and callable(getattr(result, "update", None))
     ):
-        return "transformation"
+        return Kind.TRANSFORMATION
     if callable(result):
-        return "schedule"
+        return Kind.SCHEDULE
     return None

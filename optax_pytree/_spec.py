@@ -20,11 +20,12 @@ from typing import Any
 
 import jax
 
-from . import _bind, _guard, _leaves, _static
+from . import _bind, _expr, _leaves, _static
 from ._bind import FactoryInfo
-from ._classify import CHILD, DYNAMIC, STATIC, Classified, Options, Template
-from ._detect import KEEP, Analysis
+from ._classify import Classified, Options, Template
+from ._detect import Analysis
 from ._leaves import static_form
+from ._vocabulary import Mode, Role
 
 
 class Spec:
@@ -86,32 +87,32 @@ class Spec:
         self.modes = analysis.modes
         # Stand-ins in a rebuild: compared (guarded), or in carried expressions.
         self.tracked = tuple(n for n in roles if n in analysis.modes)
-        compared = frozenset().union(*(_guard.key_names(k) for k, _ in self.guards))
+        compared = frozenset().union(*(_expr.key_names(k) for k, _ in self.guards))
         self.guarded = tuple(n for n in self.tracked if n in compared)
         # Exactness (see _guard.Guarded.exact): the expressions whose host
         # values the object carries (its ``exact`` child: a vector per dtype,
         # ``.exact[0]``), then the fingerprint of the arguments they were
         # computed from; ``carried_dtypes`` their dtypes, in that order.
         self.carried = tuple(e for e, _ in analysis.carried)
-        names = frozenset().union(*(_guard.names_in(e) for e in self.carried))
+        names = frozenset().union(*(_expr.names_in(e) for e in self.carried))
         self.carried_names = tuple(n for n in self.tracked if n in names)
         self.carried_index = {e: i for i, e in enumerate(self.carried)}
         fingerprint = _leaves.FINGERPRINT_DTYPE
         self.carried_dtypes: tuple[str, ...] = (
             (*(d for _, d in analysis.carried), fingerprint) if self.carried else ()
         )
-        self.keep = frozenset(n for n, m in analysis.modes.items() if m == KEEP)
+        self.keep = frozenset(n for n, m in analysis.modes.items() if m is Mode.GUARDED)
         self.undecided = analysis.undecided
-        self.leaf_names = tuple(n for n, r in roles.items() if r != STATIC)
+        self.leaf_names = tuple(n for n, r in roles.items() if r != Role.STATIC)
         self.leaf_index = {n: i for i, n in enumerate(self.leaf_names)}
         # For a wrap from Python numbers (one dispatch, _leaves.make_exact):
         # the numeric leaves, and which of them the fingerprint covers.
-        self.dynamic_names = tuple(n for n, r in roles.items() if r == DYNAMIC)
+        self.dynamic_names = tuple(n for n, r in roles.items() if r == Role.DYNAMIC)
         self.fingerprint_of = tuple(self.dynamic_names.index(n) for n in self.carried_names)
         self.keys = tuple(jax.tree_util.GetAttrKey(n) for n in self.leaf_names)  # flattening with paths
         parts = []
         for name, role in roles.items():
-            if role == STATIC:
+            if role == Role.STATIC:
                 parts.append((name, role, _static.freeze(static[name])))
             elif name in templates:
                 parts.append((name, role, templates[name].key))
@@ -141,7 +142,7 @@ class Spec:
         return f"<spec of {self.info.name}: dynamic={list(self.leaf_names)}>"
 
     def guard_text(self) -> tuple[str, ...]:
-        return _guard.describe(self.guards)
+        return _expr.describe(self.guards)
 
 
 class LRU:
@@ -203,8 +204,8 @@ def new_spec(info: FactoryInfo, classified: Classified, analysis: Analysis) -> S
     """The spec of a configuration and one of its analyses (not interned: see :func:`spec_for`)."""
     roles = dict(classified.roles)
     for name in analysis.static:
-        roles[name] = STATIC
-    static = {n: classified.values[n] for n, r in roles.items() if r == STATIC}
+        roles[name] = Role.STATIC
+    static = {n: classified.values[n] for n, r in roles.items() if r == Role.STATIC}
     for name in analysis.static:  # found to be needed as Python values: never JAX arrays
         static[name] = static_form(static[name])
     spec = Spec(
@@ -249,4 +250,4 @@ def clear_caches() -> None:
     _bind.clear()
 
 
-__all__ = ["CHILD", "DYNAMIC", "STATIC", "Spec", "clear_caches", "spec_for"]
+__all__ = ["Spec", "clear_caches", "spec_for"]

@@ -28,10 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from . import _bind, _catalog
+from ._vocabulary import Kind
 
 MODULES = {"optax": "__init__.pyi", "optax.contrib": "contrib.pyi", "optax.schedules": "schedules.pyi"}
 HERE = Path(__file__).resolve().parent / "optax"
-_RETURNS = {"transformation": "PyTreeTransformation", "schedule": "PyTreeSchedule"}
+_RETURNS = {Kind.TRANSFORMATION: "PyTreeTransformation", Kind.SCHEDULE: "PyTreeSchedule"}
 
 
 def _aliases() -> list[tuple[Any, str]]:
@@ -140,7 +141,7 @@ def _hints(factory: Any) -> dict[str, Any]:
         return {}
 
 
-def _signature(name: str, factory: Any, kind: str, render: _Renderer) -> str:
+def _signature(name: str, factory: Any, kind: Kind, render: _Renderer) -> str:
     signature = inspect.signature(factory)
     hints = _hints(factory)
     parts: list[str] = []

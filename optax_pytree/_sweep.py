@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _bind, _guard, _static, _wrap
+from . import _bind, _expr, _static, _wrap
 
 # --------------------------------------------------------------------------
 # Paths: "args[1].learning_rate", as ``jax.tree_util.keystr`` writes them.
@@ -184,11 +184,11 @@ def _guard_difference(a: Any, b: Any, path: str) -> str | None:
     ga, gb = dict(a._core.spec.guards), dict(b._core.spec.guards)
     for key in [*ga, *(k for k in gb if k not in ga)]:
         if ga.get(key) != gb.get(key):
-            names = sorted(_guard.key_names(key))
+            names = sorted(_expr.key_names(key))
             p = ", ".join(repr(f"{path}.{n}".lstrip(".")) for n in names)
             return (
                 f"argument {p} of {_wrap.name_of(a)} takes another branch of the factory in one "
-                f"than in the other ({_guard.key_text(key)}: {ga.get(key, 'not compared')} vs "
+                f"than in the other ({_expr.key_text(key)}: {ga.get(key, 'not compared')} vs "
                 f"{gb.get(key, 'not compared')})"
             )
     return None

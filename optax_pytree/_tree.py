@@ -21,8 +21,9 @@ import numpy as np
 import optax
 
 from . import _bind, _build, _constants, _leaves
-from ._classify import DYNAMIC, STATIC, Options, Wrapped, is_wrapped
+from ._classify import Options, Wrapped, is_wrapped
 from ._spec import Spec
+from ._vocabulary import Kind, Role
 
 
 class Core:
@@ -121,7 +122,7 @@ class _Wrapped(Wrapped):
     def static_argnames(self) -> tuple[str, ...]:
         """Arguments stored as static aux data (part of the treedef)."""
         spec = self._core.spec
-        return tuple(n for n, r in spec.roles.items() if r == STATIC)
+        return tuple(n for n, r in spec.roles.items() if r == Role.STATIC)
 
     @property
     def exact(self) -> tuple[Any, ...]:
@@ -288,11 +289,11 @@ class _Wrapped(Wrapped):
         parts = []
         for name, value in self.hyperparams.items():
             role = spec.roles[name]
-            if role == DYNAMIC:
+            if role == Role.DYNAMIC:
                 parts.append(f"{name}={_describe_leaf(value, name in spec.guarded)}")
-            elif role == STATIC and name in spec.detected:
+            elif role == Role.STATIC and name in spec.detected:
                 parts.append(f"{name}={value!r} <static: detected>")
-            elif role == STATIC and name in spec.options.static and _leaves.is_numeric(value):
+            elif role == Role.STATIC and name in spec.options.static and _leaves.is_numeric(value):
                 parts.append(f"{name}={value!r} <static>")
             else:
                 parts.append(f"{name}={value!r}")
@@ -381,7 +382,7 @@ class PyTreeSchedule(_Wrapped):
     # the key paths of its leaves (``GetAttrKey``).
 
 
-_CLASSES = {"transformation": PyTreeTransformation, "schedule": PyTreeSchedule}
+_CLASSES = {Kind.TRANSFORMATION: PyTreeTransformation, Kind.SCHEDULE: PyTreeSchedule}
 
 
 _NO_PYTHON: dict[str, Any] = {}
@@ -401,7 +402,7 @@ def new(
     core.leaves = leaves
     core.exact = exact
     core.python = python
-    if spec.kind == "transformation":
+    if spec.kind is Kind.TRANSFORMATION:
         obj = _new_tuple(PyTreeTransformation, (core.init, core.update))
     else:
         obj = _new_core(PyTreeSchedule)
@@ -638,7 +639,7 @@ def _flax_restore(target: Any, state_dict: Any) -> Any:
     leaves = []
     for name, old in zip(spec.leaf_names, core.leaves):
         value = serialization.from_state_dict(old, state_dict[name], name=name)
-        if spec.roles[name] == DYNAMIC:
+        if spec.roles[name] == Role.DYNAMIC:
             value = _restored_leaf(old, value)
         leaves.append(value)
     exact = None

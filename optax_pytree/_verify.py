@@ -44,6 +44,7 @@ import numpy as np
 
 from . import _bind, _detect, _leaves
 from ._constants import INLINED, bind, is_literal
+from ._vocabulary import Kind, Level
 
 # Step counts a schedule is compared at, besides those near its integer arguments.
 _COUNTS = (0, 1, 2, 3, 5, 8, 13, 21, 50, 100, 333, 1000, 4321, 10_000, 123_456)
@@ -79,9 +80,9 @@ def counts_for(values: dict[str, Any]) -> np.ndarray:
     return np.array(sorted(c for c in counts if c < 2**31), np.int32)
 
 
-def outputs(built: Any, kind: str, level: str, params: Any, counts: Any) -> Any:
+def outputs(built: Any, kind: Kind, level: Level, params: Any, counts: Any) -> Any:
     """What is compared: init and an update, or the schedule at ``counts``."""
-    if kind == "schedule":
+    if kind is Kind.SCHEDULE:
         try:
             return jax.vmap(built)(counts)
         except Exception:  # noqa: BLE001 - a schedule with Python control flow on the count

@@ -19,12 +19,13 @@ from typing import Any, ParamSpec, Protocol, overload
 import jax
 import numpy as np
 
-from . import _bind, _build, _detect, _guard, _leaves, _spec, _tree, _verify
+from . import _bind, _build, _checks, _detect, _expr, _leaves, _spec, _tree, _verify
 from ._bind import FactoryInfo
-from ._classify import CHILD, DYNAMIC, Classified, Options, classify, make_options
+from ._classify import Classified, Options, classify, make_options
 from ._detect import Analysis
 from ._tree import PyTreeSchedule as PyTreeSchedule
 from ._tree import PyTreeTransformation as PyTreeTransformation
+from ._vocabulary import Kind, Level, Role
 
 P = ParamSpec("P")
 Names = str | Iterable[str]
@@ -73,7 +74,7 @@ def _base(classified: Classified) -> dict[str, Any]:
     for name in classified.candidates:
         base[name] = _leaves.as_python(base[name])
     for name, role in classified.roles.items():
-        if role == CHILD:
+        if role == Role.CHILD:
             t = classified.templates.get(name)
             base[name] = t.merge(base[name], build_child) if t is not None else build_child(base[name])
     return base
@@ -86,7 +87,7 @@ def _traced(classified: Classified) -> list[str]:
 
 def _call_factory(
     info: FactoryInfo, classified: Classified, base: dict[str, Any], tolerant: bool = False
-) -> str | None:
+) -> Kind | None:
     """Calls the factory with the values given, as optax would be called: its checks, its
     exceptions and its warnings happen here, on every wrap. Returns the kind of its result.
 
@@ -109,7 +110,7 @@ def _call_factory(
                 f"outside: {type(e).__name__}: {e}"
             ) from e
         values, roles = classified.values, classified.roles
-        shown = ", ".join(f"{n}={values[n]!r}" for n, r in roles.items() if r != CHILD)
+        shown = ", ".join(f"{n}={values[n]!r}" for n, r in roles.items() if r != Role.CHILD)
         note = f"(raised by {info.name} when optax_pytree.wrap called it with {shown})"
         if hasattr(e, "add_note"):
             e.add_note(note)  # pyright: ignore[reportAttributeAccessIssue]
@@ -125,7 +126,7 @@ def _call_factory(
     return kind
 
 
-def _analyse(info: FactoryInfo, classified: Classified, base: dict[str, Any], kind: str) -> Analysis:
+def _analyse(info: FactoryInfo, classified: Classified, base: dict[str, Any], kind: Kind) -> Analysis:
     """Probes the candidates, then verifies the result (see ``_verify``)."""
     values, roles = classified.values, classified.roles
     candidates = {n: values[n] for n in classified.candidates}
@@ -134,8 +135,8 @@ def _analyse(info: FactoryInfo, classified: Classified, base: dict[str, Any], ki
     leaves = _leaves.to_leaves(candidates)
     probe_base = {n: v for n, v in base.items() if n not in candidates}
     probe_base.update(_leaves.to_leaves({n: values[n] for n in classified.forced}))
-    own = [v for n, v in values.items() if roles[n] != CHILD]
-    children = [values[n] for n, r in roles.items() if r == CHILD]
+    own = [v for n, v in values.items() if roles[n] != Role.CHILD]
+    children = [values[n] for n, r in roles.items() if r == Role.CHILD]
     shapes = _detect.stand_in_params([*own, *_statics_of_children(children)])
 
     def analyse(static: tuple[str, ...]) -> Analysis:
@@ -197,7 +198,7 @@ def _difference(
     computes in Python (see ``_guard.Guarded.exact``), so its numbers are
     exactly the factory's.
     """
-    if analysis.level == "build":
+    if analysis.level is Level.BUILD:
         return None  # nothing to run (the probe could not run init or a schedule)
     spec = _spec.new_spec(info, classified, analysis)
     # Made as the object will be (the same one compiled converter).
@@ -240,10 +241,10 @@ def _host_values(spec: _spec.Spec, base: dict[str, Any], kept: Any = None) -> di
     """
     previous = _kept_values(kept, spec)
     if all(type(base[n]) in _PYTHON_NUMBERS for n in spec.carried_names):  # Python's arithmetic: no warnings
-        return {e: previous[e] if e in previous else _guard.evaluate(e, base) for e in spec.carried}
+        return {e: previous[e] if e in previous else _expr.evaluate(e, base) for e in spec.carried}
     env = {n: _host(base[n]) for n in spec.tracked}
     with np.errstate(all="ignore"):
-        return {e: previous[e] if e in previous else _guard.evaluate(e, env) for e in spec.carried}
+        return {e: previous[e] if e in previous else _expr.evaluate(e, env) for e in spec.carried}
 
 
 def _carried_values(spec: _spec.Spec, hosts: dict[Any, Any], leaves: tuple[Any, ...]) -> Any:
@@ -271,7 +272,7 @@ def _kept_values(kept: Any, spec: _spec.Spec) -> dict[Any, Any]:
     out = {}
     old_values = _leaves.exact_values(core.exact, core.spec.carried_dtypes)
     for expr in core.spec.carried:
-        if expr in spec.carried_index and not _guard.names_in(expr) & changed:
+        if expr in spec.carried_index and not _expr.names_in(expr) & changed:
             value = np.asarray(old_values[core.spec.carried_index[expr]])
             out[expr] = value.item() if value.ndim == 0 else value
     return out
@@ -279,7 +280,7 @@ def _kept_values(kept: Any, spec: _spec.Spec) -> dict[Any, Any]:
 
 def _leaf_values(spec: _spec.Spec, classified: Classified) -> tuple[Any, ...]:
     values = classified.values
-    dynamic = [n for n, r in spec.roles.items() if r == DYNAMIC]
+    dynamic = [n for n, r in spec.roles.items() if r == Role.DYNAMIC]
     converted = _leaves.to_leaves({n: values[n] for n in dynamic}) if dynamic else {}
     return tuple(converted[n] if n in converted else values[n] for n in spec.leaf_names)
 
@@ -289,7 +290,7 @@ def _find_analysis(
     classified: Classified,
     previous: _spec.Spec | None,
     base: dict[str, Any],
-    kind: str | None,
+    kind: Kind | None,
 ) -> Analysis:
     """The cached analysis these values match, or a new one."""
     values = classified.values
@@ -329,14 +330,14 @@ def _check_leaves(info: FactoryInfo, classified: Classified, analysis: Analysis)
     if any(_leaves.is_tracer(v) for v in guarded.values()):
         return
     host = {n: _leaves.host_leaf_value(v) for n, v in guarded.items()}
-    bad = _guard.mismatches(analysis.guards, host)
+    bad = _checks.mismatches(analysis.guards, host)
     if bad:
         key, recorded, _ = bad[0]
-        names = sorted(_guard.key_names(key))
+        names = sorted(_expr.key_names(key))
         shown = ", ".join(f"{n}={values[n]!r} (as a leaf: {host[n]!r})" for n in names)
         raise ValueError(
             f"{info.name}: {shown}: the leaf's value takes another branch of the factory than the "
-            f"value given ({_guard.key_text(key)} is {recorded} for the value given); pass it as "
+            f"value given ({_expr.key_text(key)} is {recorded} for the value given); pass it as "
             "an array of the precision you need, or mark it static"
         )
 
