@@ -47,10 +47,19 @@ def did_you_mean(name: str, names: Iterable[str]) -> str:
     return f"; did you mean {close[0]!r}?" if close else ""
 
 
+class Wrapped:
+    """Base of every wrapped object (transformations and schedules)."""
+
+    __slots__ = ()
+
+
+def is_wrapped(x: Any) -> bool:
+    """Whether ``x`` is a wrapped object (a PyTreeTransformation or a PyTreeSchedule)."""
+    return isinstance(x, Wrapped)
+
+
 def is_plain_transformation(x: Any) -> bool:
     """An optax transformation as optax's factories return it (two closures), not a wrapped one."""
-    from ._classify import is_wrapped
-
     return (
         isinstance(x, tuple)
         and callable(getattr(x, "init", None))

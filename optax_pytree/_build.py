@@ -19,7 +19,7 @@ import numpy as np
 import optax
 
 from . import _bind, _checks, _detach, _expr, _guard, _leaves
-from ._classify import is_wrapped
+from ._bind import is_wrapped
 from ._detect import as_transformation
 from ._spec import Spec
 from ._vocabulary import Kind, Phase, Role

@@ -22,8 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _leaves
-from ._bind import public_name
-from ._classify import is_wrapped
+from ._bind import is_wrapped, public_name
 from ._stateful import PyTreeTransformationWithState
 from ._vocabulary import Role
 

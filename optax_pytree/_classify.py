@@ -24,20 +24,11 @@ from typing import Any, TypeVar
 import jax
 
 from . import _leaves, _static
-from ._bind import FactoryInfo
+from ._annotations import Renderer
+from ._bind import FactoryInfo, is_wrapped
 from ._vocabulary import Role
 
 T = TypeVar("T")
-
-
-class Wrapped:
-    """Base of every wrapped object (transformations and schedules)."""
-
-    __slots__ = ()
-
-
-def is_wrapped(x: Any) -> bool:
-    return isinstance(x, Wrapped)
 
 
 # --------------------------------------------------------------------------
@@ -282,9 +273,7 @@ def _annotation_text(annotation: Any) -> str:
     if isinstance(annotation, str):
         return annotation
     try:  # optax's aliases by name (optax.ScalarOrSchedule), not expanded
-        from ._stubs import _Renderer
-
-        return _Renderer()(annotation)
+        return Renderer()(annotation)
     except Exception:  # noqa: BLE001 - only for a message
         pass
     name = getattr(annotation, "__name__", None)

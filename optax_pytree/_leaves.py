@@ -319,3 +319,47 @@ def kind_key(x: Any) -> Any:
     """:func:`aval_key` without the shape: a batch of values is the same kind of argument."""
     key = aval_key(x)
     return key[1:] if isinstance(key, tuple) else key
+
+
+# --------------------------------------------------------------------------
+# Placement: a committed leaf (placed by jax.device_put) keeps its sharding.
+
+
+def is_committed(x: Any) -> bool:
+    return isinstance(x, jax.Array) and not is_tracer(x) and x.committed
+
+
+def keep_leaf_placement(old: Any, new: Any) -> Any:
+    placed = is_committed(old) and isinstance(new, jax.Array) and not is_committed(new)
+    return jax.device_put(new, old.sharding) if placed and old.shape == new.shape else new
+
+
+def keep_placement(old: Any, new: Any) -> Any:
+    """``new`` with its leaves placed as ``old``'s, where those were placed on purpose.
+
+    A leaf that ``jax.device_put`` placed (a committed array) and a fresh
+    value for it (uncommitted) have different shardings, which ``jit`` keys
+    its cache on; replacing one hyperparameter must not cost a retrace.
+    """
+    old_leaves, treedef = jax.tree_util.tree_flatten(old)
+    if not any(map(is_committed, old_leaves)):  # the common case: nothing placed
+        return new
+    new_leaves, new_treedef = jax.tree_util.tree_flatten(new)
+    if new_treedef != treedef:  # another static configuration: nothing to match
+        return new
+    return jax.tree_util.tree_unflatten(treedef, list(map(keep_leaf_placement, old_leaves, new_leaves)))
+
+
+def restored_leaf(old: Any, value: Any) -> Any:
+    """A saved leaf restored into ``old``'s place: a JAX array of its weak type and placement."""
+    if isinstance(value, (np.ndarray, np.generic)):
+        value = jnp.asarray(value)
+    if (
+        isinstance(old, jax.Array)
+        and isinstance(value, jax.Array)
+        and old.weak_type
+        and not value.weak_type
+        and value.dtype == old.dtype
+    ):
+        value = weak(value)
+    return keep_leaf_placement(old, value)

@@ -18,16 +18,9 @@ import numpy as np
 import optax
 
 from . import _bind, _leaves
-from ._wrap import (
-    Names,
-    P,
-    PyTreeTransformation,
-    Transformation,
-    argument_names,
-    is_wrapped,
-    name_of,
-    wrap_transformation_as_pytree,
-)
+from ._bind import is_wrapped
+from ._tree import PyTreeTransformation, argument_names, name_of
+from ._wrap import Names, P, Transformation, wrap_transformation_as_pytree
 
 
 class _ParamsSpec:

@@ -20,11 +20,9 @@ from Python floats has the same treedef *and* the same leaf types as
 
 from __future__ import annotations
 
-import ast
 import itertools
 import math
 import operator
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -32,106 +30,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _bind, _expr, _static, _wrap
-
-# --------------------------------------------------------------------------
-# Paths: "args[1].learning_rate", as ``jax.tree_util.keystr`` writes them.
-
-_NAME = re.compile(r"\.?([A-Za-z_]\w*)")
-_INDEX = re.compile(r"\[\s*(-?\d+)\s*\]")
-_KEY = re.compile(r"""\[\s*('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")\s*\]""")
-
-
-def _parse(path: str) -> tuple[tuple[str, Any], ...]:
-    """``"args[1].learning_rate"`` -> ``(("name", "args"), ("index", 1), ("name", "learning_rate"))``."""
-    if not isinstance(path, str):
-        raise TypeError(f"optax_pytree.grid: a path must be a string, got {path!r}")
-    tokens: list[tuple[str, Any]] = []
-    pos = 0
-    while pos < len(path):
-        if m := _NAME.match(path, pos):
-            if m.group(0).startswith(".") or pos == 0:
-                tokens.append(("name", m.group(1)))
-                pos = m.end()
-                continue
-        if m := _INDEX.match(path, pos):
-            tokens.append(("index", int(m.group(1))))
-        elif m := _KEY.match(path, pos):
-            tokens.append(("key", ast.literal_eval(m.group(1))))
-        else:
-            raise ValueError(
-                f"optax_pytree.grid: cannot read the path {path!r} at position {pos}; write it as "
-                "jax.tree_util.keystr writes the leaf's key path, e.g. 'learning_rate', "
-                "'args[1].learning_rate' or \"transforms['fast'].learning_rate\""
-            )
-        pos = m.end()
-    if not tokens:
-        raise ValueError("optax_pytree.grid: empty path")
-    return tuple(tokens)
-
-
-def _keystr(tokens: Sequence[tuple[str, Any]]) -> str:
-    """The path as ``jax.tree_util.keystr`` writes it, to match leaf key paths."""
-    return "".join(f".{v}" if kind == "name" else f"[{v!r}]" for kind, v in tokens)
-
-
-def _set(obj: Any, tokens: Sequence[tuple[str, Any]], value: Any, path: str) -> Any:
-    """``obj`` with the value at ``tokens`` replaced; wrapped objects via ``replace``."""
-    if not tokens:
-        return value
-    (kind, key), rest = tokens[0], tokens[1:]
-    if _wrap.is_wrapped(obj):
-        hyperparams = obj.hyperparams
-        if kind != "name" or key not in hyperparams:
-            hint = _bind.did_you_mean(key, hyperparams) if kind == "name" else ""
-            raise _bind.UnknownArgumentError(
-                f"optax_pytree.grid: path {path!r}: {_wrap.name_of(obj)} has no argument {key!r}; "
-                f"its arguments are {list(hyperparams)}{hint}"
-            )
-        if key in obj.static_argnames:
-            why = " (found by automatic detection)" if key in obj.detected_static_argnames else ""
-            raise ValueError(
-                f"optax_pytree.grid: path {path!r}: argument {key!r} of {_wrap.name_of(obj)} is static{why}, "
-                f"so its value is part of the compiled program and cannot vary across a batch; "
-                "sweep it with a Python loop (one compilation per value)"
-            )
-        return obj.replace(**{key: _set(hyperparams[key], rest, value, path)})
-    if isinstance(obj, dict) and kind != "name" and key in obj:
-        return {k: _set(v, rest, value, path) if k == key else v for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)) and kind == "index" and -len(obj) <= key < len(obj):
-        items = list(obj)
-        items[key] = _set(items[key], rest, value, path)
-        if isinstance(obj, list):
-            return items
-        return type(obj)(*items) if hasattr(obj, "_fields") else tuple(items)
-    raise ValueError(f"optax_pytree.grid: path {path!r}: no {_keystr([tokens[0]])!r} in {_short(obj)}")
-
-
-def _short(x: Any) -> str:
-    """A short description of a value for error messages."""
-    if _wrap.is_wrapped(x):
-        return f"wrap({_wrap.name_of(x)}, ...)"
-    if isinstance(x, (jax.Array, np.ndarray)):
-        return f"a dynamic {x.dtype.name}{list(x.shape)}"
-    if isinstance(x, (list, tuple, dict)):
-        return f"a {type(x).__name__} of {len(x)} items"
-    text = repr(x)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _owns(leaf_path: str, prefix: str) -> bool:
-    """Whether ``leaf_path`` is a carried host value (``.exact[0]``) of an object on the way to ``prefix``.
-
-    Those are computed from the object's arguments (see ``Guarded.exact``):
-    a member's own, not the base's.
-    """
-    owner, found, _ = leaf_path.rpartition(".exact[")
-    return bool(found) and (owner == "" or _under(prefix, owner))
-
-
-def _under(leaf_path: str, prefix: str) -> bool:
-    return leaf_path == prefix or (leaf_path.startswith(prefix) and leaf_path[len(prefix)] in ".[")
-
+from . import _bind, _expr, _static
+from ._bind import is_wrapped
+from ._paths import keystr, owns, parse, set_at, short, under
+from ._tree import name_of
 
 # --------------------------------------------------------------------------
 # Static differences, named.
@@ -140,23 +42,23 @@ def _under(leaf_path: str, prefix: str) -> bool:
 def _difference(a: Any, b: Any, path: str = "") -> str | None:
     """Where two objects' static configurations differ, in words (None if they do not)."""
     where = path.lstrip(".") or "the object"
-    if _wrap.is_wrapped(a) and _wrap.is_wrapped(b):
+    if is_wrapped(a) and is_wrapped(b):
         if a.factory is not b.factory:
-            return f"{where} is {_wrap.name_of(a)} in one and {_wrap.name_of(b)} in the other"
+            return f"{where} is {name_of(a)} in one and {name_of(b)} in the other"
         ha, hb = a.hyperparams, b.hyperparams
         sa, sb = set(a.static_argnames), set(b.static_argnames)
         for name in [*ha, *(n for n in hb if n not in ha)]:
             p = f"{path}.{name}".lstrip(".")
             if name not in ha or name not in hb:
-                return f"argument {p!r} of {_wrap.name_of(a)} is given in one and not in the other"
+                return f"argument {p!r} of {name_of(a)} is given in one and not in the other"
             if (name in sa) != (name in sb):
                 return (
-                    f"argument {p!r} of {_wrap.name_of(a)} is static in one ({ha[name]!r}) "
+                    f"argument {p!r} of {name_of(a)} is static in one ({ha[name]!r}) "
                     f"and dynamic in the other ({hb[name]!r})"
                 )
             if name in sa:
                 if _static.freeze(ha[name]) != _static.freeze(hb[name]):
-                    return f"static argument {p!r} of {_wrap.name_of(a)}: {ha[name]!r} vs {hb[name]!r}"
+                    return f"static argument {p!r} of {name_of(a)}: {ha[name]!r} vs {hb[name]!r}"
             elif (found := _difference(ha[name], hb[name], f"{path}.{name}")) is not None:
                 return found
         return _guard_difference(a, b, path)
@@ -175,7 +77,7 @@ def _difference(a: Any, b: Any, path: str = "") -> str | None:
                 return found
         return None
     if jax.tree_util.tree_structure(a) != jax.tree_util.tree_structure(b):
-        return f"{where!r} is {_short(a)} in one and {_short(b)} in the other"
+        return f"{where!r} is {short(a)} in one and {short(b)} in the other"
     return None
 
 
@@ -187,7 +89,7 @@ def _guard_difference(a: Any, b: Any, path: str) -> str | None:
             names = sorted(_expr.key_names(key))
             p = ", ".join(repr(f"{path}.{n}".lstrip(".")) for n in names)
             return (
-                f"argument {p} of {_wrap.name_of(a)} takes another branch of the factory in one "
+                f"argument {p} of {name_of(a)} takes another branch of the factory in one "
                 f"than in the other ({_expr.key_text(key)}: {ga.get(key, 'not compared')} vs "
                 f"{gb.get(key, 'not compared')})"
             )
@@ -226,7 +128,7 @@ def _boxed(tx: Any) -> tuple[str, Any] | None:
     def is_box(x: Any) -> bool:
         return not (
             x is None
-            or _wrap.is_wrapped(x)
+            or is_wrapped(x)
             or isinstance(x, (jax.Array, np.ndarray, np.generic, list, tuple, dict))
         )
 
@@ -243,9 +145,9 @@ def _check_wrapped(tx: Any, what: str) -> None:
             f"{what}: got a plain optax transformation, whose hyperparameters are hidden in its "
             f"closures, so there is nothing to sweep; {_bind.HOW_TO_WRAP}"
         )
-    if not _wrap.is_wrapped(tx):
+    if not is_wrapped(tx):
         raise TypeError(
-            f"{what}: expects a wrapped transformation or schedule (optax_pytree.wrap(...)), got {_short(tx)}"
+            f"{what}: expects a wrapped transformation or schedule (optax_pytree.wrap(...)), got {short(tx)}"
         )
     boxed = _boxed(tx)
     if boxed is not None:
@@ -330,7 +232,7 @@ def stack(members: Iterable[Any]) -> Any:
         if found is not None:
             path, leaf = found
             raise TypeError(
-                f"stack: leaf {path.lstrip('.') or '(root)'!r} of member {i} is {_short(leaf)}, not an array "
+                f"stack: leaf {path.lstrip('.') or '(root)'!r} of member {i} is {short(leaf)}, not an array "
                 "or a number; stack takes pytrees of arrays (wrapped transformations and schedules, "
                 "parameters, states)"
             )
@@ -496,10 +398,10 @@ def grid(
         if name in given:
             raise ValueError(f"optax_pytree.grid: axis {name!r} given twice")
     given.update(values)
-    parsed = {path: _parse(path) for path in given}
-    prefixes = {path: _keystr(tokens) for path, tokens in parsed.items()}
+    parsed = {path: parse(path) for path in given}
+    prefixes = {path: keystr(tokens) for path, tokens in parsed.items()}
     for (p, a), (q, b) in itertools.combinations(prefixes.items(), 2):
-        if _under(a, b) or _under(b, a):
+        if under(a, b) or under(b, a):
             raise ValueError(f"optax_pytree.grid: axes {p!r} and {q!r} overlap")
 
     flat, treedef = jax.tree_util.tree_flatten_with_path(tx)
@@ -510,11 +412,11 @@ def grid(
         vals = [v.item() if isinstance(v, np.generic) else v for v in vals]
         if not vals:
             raise ValueError(f"optax_pytree.grid: axis {path!r} has no values")
-        members = [_set(tx, parsed[path], v, path) for v in vals]
+        members = [set_at(tx, parsed[path], v, path) for v in vals]
         for v, member in zip(vals, members):
             _check_same_static(tx, member, f"optax_pytree.grid: the member with {path}={v!r}", "tx")
         positions = [
-            j for j, lp in enumerate(leaf_paths) if _under(lp, prefixes[path]) or _owns(lp, prefixes[path])
+            j for j, lp in enumerate(leaf_paths) if under(lp, prefixes[path]) or owns(lp, prefixes[path])
         ]
         columns = list(zip(*(jax.tree_util.tree_leaves(m) for m in members)))
         stacked = _stack_leaves(
@@ -536,7 +438,7 @@ def grid(
         for label in labels:
             member = tx
             for path, v in label.items():
-                member = _set(member, parsed[path], v, path)
+                member = set_at(member, parsed[path], v, path)
             members.append(jax.tree_util.tree_leaves(member))
         columns = [[m[j] for m in members] for j in joint]
         for j, stacked in zip(
@@ -612,7 +514,7 @@ def population_sharding(
 ) -> tuple[jax.sharding.NamedSharding, int]:
     """The sharding of a population's leaves over ``axis_name``, and how many devices that axis has."""
     if not isinstance(mesh, jax.sharding.Mesh):
-        raise TypeError(f"{what}: mesh must be a jax.sharding.Mesh, got {_short(mesh)}")
+        raise TypeError(f"{what}: mesh must be a jax.sharding.Mesh, got {short(mesh)}")
     names = (axis_name,) if isinstance(axis_name, str) else tuple(axis_name)
     if not names:
         raise ValueError(f"{what}: axis_name is empty; name the mesh axis to split the population over")

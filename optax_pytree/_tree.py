@@ -20,8 +20,9 @@ import jax
 import numpy as np
 import optax
 
-from . import _bind, _build, _constants, _leaves
-from ._classify import Options, Wrapped, is_wrapped
+from . import _bind, _build, _constants, _leaves, _pipeline
+from ._bind import Wrapped
+from ._classify import Options
 from ._spec import Spec
 from ._vocabulary import Kind, Role
 
@@ -182,8 +183,9 @@ class _Wrapped(Wrapped):
 
     @property
     def _fields(self) -> tuple[str, ...]:
-        if not _flax_registered:
-            register_flax_serialization(only_if_loaded=True)
+        hook = on_fields_read
+        if hook is not None:
+            hook()
         return self._core.spec.leaf_names
 
     def _replace(self: _W, **changes: Any) -> _W:
@@ -212,8 +214,6 @@ class _Wrapped(Wrapped):
             >>> float(tx.replace(learning_rate=3e-4).learning_rate)
             0.0003000000142492354
         """
-        from . import _wrap
-
         spec = self._core.spec
         for name in changes:
             if name not in spec.roles:
@@ -226,9 +226,9 @@ class _Wrapped(Wrapped):
         # The carried values are computed from the Python values where the
         # object still has them; else those of unchanged arguments are kept.
         fresh_from_python = all(n in python or n in changes for n in spec.carried_names)
-        kept = None if fresh_from_python else (self, frozenset(changes))
-        new = _wrap.make(spec.info, arguments, spec.options, previous=spec, kept=kept)
-        return _keep_placement(self, new)
+        kept = None if fresh_from_python else (self._core, frozenset(changes))
+        new = make(spec.info, arguments, spec.options, previous=spec, kept=kept)
+        return _leaves.keep_placement(self, new)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or name in ("_core", "_flat"):
@@ -414,6 +414,23 @@ def new(
     return obj
 
 
+def make(
+    info: _bind.FactoryInfo,
+    arguments: dict[str, Any],
+    options: Options,
+    previous: Spec | None = None,
+    kept: Any = None,
+) -> Any:
+    """The wrapped object for these arguments: the pipeline's steps, then :func:`new`."""
+    return new(*_pipeline.make(info, arguments, options, previous, kept))
+
+
+# Set by ``_flax_serialization`` (imported by the package): called when flax
+# may be about to serialize a wrapped object as a NamedTuple, until it has
+# registered its handler. A hook, so that this module does not import it.
+on_fields_read: Callable[[], None] | None = None
+
+
 _new_core = object.__new__
 _new_tuple = tuple.__new__
 
@@ -447,35 +464,6 @@ def _unflatten(spec: Spec, leaves: Iterable[Any]) -> Any:
 
 for _cls in _CLASSES.values():
     jax.tree_util.register_pytree_with_keys(_cls, _flatten_with_keys, _unflatten, _flatten)
-
-
-# --------------------------------------------------------------------------
-# Placement.
-
-
-def _is_committed(x: Any) -> bool:
-    return isinstance(x, jax.Array) and not _leaves.is_tracer(x) and x.committed
-
-
-def _keep_leaf_placement(old: Any, new: Any) -> Any:
-    placed = _is_committed(old) and isinstance(new, jax.Array) and not _is_committed(new)
-    return jax.device_put(new, old.sharding) if placed and old.shape == new.shape else new
-
-
-def _keep_placement(old: Any, new: Any) -> Any:
-    """``new`` with its leaves placed as ``old``'s, where those were placed on purpose.
-
-    A leaf that ``jax.device_put`` placed (a committed array) and a fresh
-    value for it (uncommitted) have different shardings, which ``jit`` keys
-    its cache on; replacing one hyperparameter must not cost a retrace.
-    """
-    old_leaves, treedef = jax.tree_util.tree_flatten(old)
-    if not any(map(_is_committed, old_leaves)):  # the common case: nothing placed
-        return new
-    new_leaves, new_treedef = jax.tree_util.tree_flatten(new)
-    if new_treedef != treedef:  # another static configuration: nothing to match
-        return new
-    return jax.tree_util.tree_unflatten(treedef, list(map(_keep_leaf_placement, old_leaves, new_leaves)))
 
 
 # --------------------------------------------------------------------------
@@ -519,8 +507,6 @@ def _rebuild(
     dynamic_only: tuple[str, ...] | None = None,
     exact: Any = None,
 ) -> Any:
-    from . import _wrap
-
     if isinstance(factory, _FactoryRef):
         factory = factory.factory
     info = _bind.factory_info(factory)
@@ -529,11 +515,11 @@ def _rebuild(
         frozenset(dynamic_argnames),
         None if dynamic_only is None else frozenset(dynamic_only),
     )
-    obj = _wrap.make(info, arguments, options)
-    return _with_exact(obj, exact)
+    obj = make(info, arguments, options)
+    return with_exact(obj, exact)
 
 
-def _with_exact(obj: Any, exact: Any) -> Any:
+def with_exact(obj: Any, exact: Any) -> Any:
     """``obj`` with the carried host values it was saved with, where they are its leaves' (not stale).
 
     Rebuilt from its leaves alone, an object computes them from float32
@@ -542,130 +528,18 @@ def _with_exact(obj: Any, exact: Any) -> Any:
     core = obj._core
     if exact is None or core.exact is None or len(exact) != len(core.exact):
         return obj
-    exact = tuple(_restored_leaf(old, x) for old, x in zip(core.exact, exact))
+    exact = tuple(_leaves.restored_leaf(old, x) for old, x in zip(core.exact, exact))
     if _build.fresh(core.spec, core.leaves, exact) is not True:
         return obj
     return new(core.spec, core.leaves, exact, core.python)
 
 
-__all__ = ["PyTreeSchedule", "PyTreeTransformation", "is_wrapped", "name_of"]
-
-
-# --------------------------------------------------------------------------
-# flax's serialization (flax.serialization, flax.training.checkpoints).
-#
-# flax serializes any tuple with ``_fields`` as a NamedTuple, field by field,
-# and restores it with ``type(target)(**fields)``: that cannot rebuild a
-# wrapped transformation, whose static configuration is in the target, not in
-# its class. flax's registry holds one handler for all NamedTuples, so it is
-# replaced by one that restores wrapped objects into the target's static
-# configuration and hands every other NamedTuple to flax's own handler.
-# Registered when first needed (``_fields`` read with flax loaded, or
-# ``optax_pytree.linen``/``nnx`` imported): importing optax_pytree does not
-# import flax.
-
-_flax_registered = False
-
-
-def register_flax_serialization(only_if_loaded: bool = False) -> None:
-    """Teaches ``flax.serialization`` wrapped transformations and schedules (once)."""
-    global _flax_registered
-    if _flax_registered:
-        return
-    import sys
-
-    if only_if_loaded and "flax.serialization" not in sys.modules:
-        return
-    _flax_registered = True
-    from flax import serialization
-
-    for cls in _CLASSES.values():  # looked up by type (schedules; transformations in other flax versions)
-        serialization.register_serialization_state(cls, _flax_state_dict, _flax_restore, override=True)
-    named_tuple = getattr(serialization, "_NamedTuple", None)
-    registry = getattr(serialization, "_STATE_DICT_REGISTRY", None)
-    if named_tuple is None or registry is None or named_tuple not in registry:  # pragma: no cover
-        return  # a flax that no longer looks NamedTuples up under one key: the types above suffice
-    to_state_dict, from_state_dict = registry[named_tuple]
-
-    def named_tuple_state_dict(x: Any) -> Any:
-        return _flax_state_dict(x) if isinstance(x, _Wrapped) else to_state_dict(x)
-
-    def restore_named_tuple(x: Any, state_dict: Any) -> Any:
-        return _flax_restore(x, state_dict) if isinstance(x, _Wrapped) else from_state_dict(x, state_dict)
-
-    serialization.register_serialization_state(
-        named_tuple, named_tuple_state_dict, restore_named_tuple, override=True
-    )
-
-
-def _flax_state_dict(w: Any) -> dict[str, Any]:
-    """The dynamic arguments by name (leaves and children), as a NamedTuple's fields."""
-    from flax import serialization
-
-    core = w._core
-    out = {n: serialization.to_state_dict(x) for n, x in zip(core.spec.leaf_names, core.leaves)}
-    if core.exact is not None:  # the carried host values (see Guarded.exact)
-        out[_EXACT] = {str(i): serialization.to_state_dict(x) for i, x in enumerate(core.exact)}
-    return out
-
-
-_EXACT = "exact"
-
-
-def _flax_restore(target: Any, state_dict: Any) -> Any:
-    """``target``'s static configuration with the saved dynamic arguments.
-
-    As flax restores everything: the target gives the structure, the state
-    dict the values. Restored arrays take the target's weak types and
-    placement (``jit`` keys its cache on both: no retrace after a restore).
-    Saved values that take another branch of the factory than the target's
-    (a guarded argument) make another static configuration, as ``replace``
-    would; a batch of values (a population) keeps the target's.
-    """
-    from flax import serialization
-
-    core = target._core
-    spec = core.spec
-    saved_exact = state_dict.get(_EXACT) if isinstance(state_dict, dict) else None
-    if saved_exact is not None:
-        state_dict = {k: v for k, v in state_dict.items() if k != _EXACT}
-    if not isinstance(state_dict, dict) or set(state_dict) != set(spec.leaf_names):
-        got = sorted(state_dict) if isinstance(state_dict, dict) else type(state_dict).__name__
-        raise ValueError(
-            f"The dynamic arguments of {spec.info.name} and the state dict do not match: got {got}, "
-            f"expected {sorted(spec.leaf_names)} at path {serialization.current_path()}; restore into "
-            "a target wrapped from the same factory with the same static arguments"
-        )
-    leaves = []
-    for name, old in zip(spec.leaf_names, core.leaves):
-        value = serialization.from_state_dict(old, state_dict[name], name=name)
-        if spec.roles[name] == Role.DYNAMIC:
-            value = _restored_leaf(old, value)
-        leaves.append(value)
-    exact = None
-    if core.exact is not None and isinstance(saved_exact, dict) and len(saved_exact) == len(core.exact):
-        exact = tuple(
-            _restored_leaf(old, serialization.from_state_dict(old, saved_exact[str(i)], name=str(i)))
-            for i, old in enumerate(core.exact)
-        )
-    restored = new(spec, tuple(leaves), exact)
-    if spec.guarded and all(np.ndim(leaves[spec.leaf_index[n]]) == 0 for n in spec.guarded):
-        # Re-checked: another branch is another configuration.
-        return _with_exact(restored.replace(), exact)
-    if spec.carried and exact is None:
-        return restored.replace()  # saved without carried values: computed again
-    return restored
-
-
-def _restored_leaf(old: Any, value: Any) -> Any:
-    if isinstance(value, (np.ndarray, np.generic)):
-        value = jax.numpy.asarray(value)
-    if (
-        isinstance(old, jax.Array)
-        and isinstance(value, jax.Array)
-        and old.weak_type
-        and not value.weak_type
-        and value.dtype == old.dtype
-    ):
-        value = _leaves.weak(value)
-    return _keep_leaf_placement(old, value)
+__all__ = [
+    "PyTreeSchedule",
+    "PyTreeTransformation",
+    "argument_names",
+    "make",
+    "name_of",
+    "new",
+    "with_exact",
+]

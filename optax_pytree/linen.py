@@ -34,12 +34,12 @@ try:
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError("optax_pytree.linen needs flax, an optional dependency: pip install flax") from e
 
-from . import _tree
-from ._classify import is_wrapped
+from . import _flax_serialization
+from ._bind import is_wrapped
 
 __all__ = ["TrainState"]
 
-_tree.register_flax_serialization()
+_flax_serialization.register()
 
 
 class _Child:

@@ -107,10 +107,10 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 if not hasattr(nnx, "data"):  # pragma: no cover - depends on the environment
     raise ImportError("optax_pytree.nnx needs flax 0.11 or newer (nnx.data); pip install -U flax")
 
-from . import _bind, _tree
-from ._classify import is_wrapped
+from . import _bind, _flax_serialization, _tree
+from ._bind import is_wrapped
 
-_tree.register_flax_serialization()
+_flax_serialization.register()
 
 __all__ = ["Hyperparameter", "ModelAndOptimizer", "Optimizer"]
 

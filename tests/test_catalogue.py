@@ -196,7 +196,7 @@ def test_schedule_matches_optax(name: str, factory: Any) -> None:
 
 def _detected(tree: Any, out: dict[str, list[str]]) -> None:
     """Detected-static and guarded arguments of every wrapped object in ``tree``."""
-    from optax_pytree._classify import is_wrapped
+    from optax_pytree._bind import is_wrapped
 
     nodes = jax.tree_util.tree_leaves(tree, is_leaf=lambda x: x is not tree and is_wrapped(x))
     for node in [tree, *(n for n in nodes if is_wrapped(n))]:

@@ -43,7 +43,7 @@ from helpers import (
 import optax_pytree as opx
 import optax_pytree.optax as dropin_optax
 from optax_pytree import _catalog
-from optax_pytree._wrap import is_wrapped
+from optax_pytree._bind import is_wrapped
 
 # --------------------------------------------------------------------------
 # A training script written against plain optax. Only its ``optax`` changes.

@@ -1,9 +1,9 @@
 """``optax.contrib``, with every factory returning a pytree (see ``optax_pytree.optax``).
 
 Examples:
+    >>> import optax_pytree as opx
     >>> import optax_pytree.optax as optax
-    >>> from optax_pytree._wrap import is_wrapped
-    >>> is_wrapped(optax.contrib.muon(learning_rate=0.02))
+    >>> isinstance(optax.contrib.muon(learning_rate=0.02), opx.PyTreeTransformation)
     True
 """
 

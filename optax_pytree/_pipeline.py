@@ -1,0 +1,380 @@
+"""Steps 1 to 4 in order: from a factory's arguments to what a wrapped object is made of.
+
+``make`` binds nothing itself (``_bind`` did): it classifies the arguments
+(``_classify``), calls the factory with the values as given (its checks,
+exceptions and warnings are optax's, on every wrap), finds the analysis of
+this configuration and branch (cached per configuration in ``_spec``, else
+probed by ``_detect`` and verified bit for bit by ``_verify``, bisecting a
+difference to the argument that must be static), checks the leaves take the
+branches their Python values took, interns the static configuration
+(``_spec``), and computes the host values the object carries (see
+``_guard.Guarded.exact``). It returns a :class:`Made`; ``_tree.new`` makes
+the object from it. The object (``_tree``) calls this for ``replace`` and
+unpickling; the entry points (``_wrap``) for ``wrap``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+
+from . import _build, _checks, _detect, _expr, _leaves, _spec, _verify
+from ._bind import FactoryInfo, is_wrapped
+from ._classify import Classified, Options, classify
+from ._detect import Analysis
+from ._vocabulary import Kind, Level, Role
+
+
+class Made(NamedTuple):
+    """What a wrapped object is made of (the arguments of ``_tree.new``)."""
+
+    spec: _spec.Spec  # the static configuration: the treedef's aux data
+    leaves: tuple[Any, ...]  # one per dynamic argument or child, in signature order
+    exact: Any  # the carried host values (a tuple of vectors), or None
+    python: dict[str, Any]  # the Python numbers given, for replace() and pickling
+
+
+def _statics_of_children(children: Any) -> list[Any]:
+    """The static values of every wrapped object in ``children``, at any depth (masks, labels)."""
+    out: list[Any] = []
+    for w in jax.tree_util.tree_leaves(children, is_leaf=is_wrapped):
+        if is_wrapped(w):
+            out.extend(w._core.spec.static.values())
+            out.extend(_statics_of_children(w._core.leaves))
+    return out
+
+
+def _base(classified: Classified) -> dict[str, Any]:
+    """The factory's arguments as it takes them: values as given, wrapped children built."""
+    from ._build import build_child
+
+    if classified.python:
+        return classified.values  # the common case: Python numbers and static values
+    base = dict(classified.values)
+    for name in classified.candidates:
+        base[name] = _leaves.as_python(base[name])
+    for name, role in classified.roles.items():
+        if role == Role.CHILD:
+            t = classified.templates.get(name)
+            base[name] = t.merge(base[name], build_child) if t is not None else build_child(base[name])
+    return base
+
+
+def _traced(classified: Classified) -> list[str]:
+    values = classified.values
+    return [n for n in (*classified.candidates, *classified.forced) if _leaves.is_tracer(values[n])]
+
+
+def _call_factory(
+    info: FactoryInfo, classified: Classified, base: dict[str, Any], tolerant: bool = False
+) -> Kind | None:
+    """Calls the factory with the values given, as optax would be called: its checks, its
+    exceptions and its warnings happen here, on every wrap. Returns the kind of its result.
+
+    ``tolerant``: the values are traced (a wrap inside ``jit``,
+    ``optax.inject_hyperparams`` calling a drop-in factory), no Python values
+    to check; the call gives the factory's warnings as optax would, and a
+    failure on tracers returns None (the analysis, if one is needed, says why).
+    """
+    try:
+        result = info.call(base)
+    except Exception as e:
+        if tolerant:
+            return None
+        traced = _traced(classified)
+        if traced and isinstance(e, (jax.errors.ConcretizationTypeError, TypeError)):
+            raise TypeError(
+                f"{info.name}: wrap got traced values for {traced} (it was called inside jit, vmap "
+                "or grad), and the factory needs a Python value of one of them; wrap it outside "
+                "and pass the wrapped object in, or replace() the value of an object wrapped "
+                f"outside: {type(e).__name__}: {e}"
+            ) from e
+        values, roles = classified.values, classified.roles
+        shown = ", ".join(f"{n}={values[n]!r}" for n, r in roles.items() if r != Role.CHILD)
+        note = f"(raised by {info.name} when optax_pytree.wrap called it with {shown})"
+        if hasattr(e, "add_note"):
+            e.add_note(note)  # pyright: ignore[reportAttributeAccessIssue]
+        else:  # Python 3.10: PEP 678's attribute itself (pytest and the exceptiongroup backport show it)
+            e.__notes__ = [*getattr(e, "__notes__", ()), note]  # pyright: ignore[reportAttributeAccessIssue]
+        raise
+    kind = _detect.callable_kind(result)
+    if kind is None:
+        raise TypeError(
+            f"optax_pytree.wrap: {info.name} returned {type(result).__name__}, which is neither an "
+            "optax transformation (init/update) nor a schedule (a callable of the step count)"
+        )
+    return kind
+
+
+def _analyse(info: FactoryInfo, classified: Classified, base: dict[str, Any], kind: Kind) -> Analysis:
+    """Probes the candidates, then verifies the result (see ``_verify``)."""
+    values, roles = classified.values, classified.roles
+    candidates = {n: values[n] for n in classified.candidates}
+    if not candidates:
+        return Analysis(kind)
+    leaves = _leaves.to_leaves(candidates)
+    probe_base = {n: v for n, v in base.items() if n not in candidates}
+    probe_base.update(_leaves.to_leaves({n: values[n] for n in classified.forced}))
+    own = [v for n, v in values.items() if roles[n] != Role.CHILD]
+    children = [values[n] for n, r in roles.items() if r == Role.CHILD]
+    shapes = _detect.stand_in_params([*own, *_statics_of_children(children)])
+
+    def analyse(static: tuple[str, ...]) -> Analysis:
+        return _detect.analyse(info, kind, probe_base, candidates, leaves, shapes, static)
+
+    fixed = _spec.verified_static(classified.analysis_key)
+    analysis = analyse(fixed)
+    if _traced(classified):
+        return analysis  # no Python values to compare with: checked where it is used
+    while True:
+        found = _difference(info, classified, base, analysis)
+        if found is None:
+            return analysis
+        order = [n for n in candidates if n not in analysis.static]
+        # Bisection: the shortest prefix of ``order`` that, made static, removes the difference.
+        lo, hi = 0, len(order)
+        last = analyse((*fixed, *order)) if order else analysis
+        if not order or _difference(info, classified, base, last) is not None:
+            forced = list(classified.forced)
+            if forced and found.startswith(_FAILS):
+                # Forced dynamic, and the build fails with it traced: the error
+                # at trace time names it (no detection was asked for).
+                return last
+            raise TypeError(
+                f"{info.name}: the wrapped build computes other numbers than the factory with the "
+                f"same values ({found}), "
+                + (
+                    f"because of {_which(forced)} forced dynamic; let it be static"
+                    if forced
+                    else "even with every numeric argument static: it is not a pure function of "
+                    "its arguments (wrapped factories must be, as for optax.inject_hyperparams)"
+                )
+            )
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            trial = analyse((*fixed, *order[:mid]))
+            if _difference(info, classified, base, trial) is None:
+                hi, last = mid, trial
+            else:
+                lo = mid
+        fixed = (*fixed, order[hi - 1])
+        _spec.remember_verified_static(classified.analysis_key, fixed)
+        analysis = analyse(fixed) if hi > 1 else last
+
+
+_FAILS = "it fails: "
+
+
+def _which(names: list[str]) -> str:
+    return f"argument {names[0]!r}" if len(names) == 1 else f"arguments {names}"
+
+
+def _difference(
+    info: FactoryInfo, classified: Classified, base: dict[str, Any], analysis: Analysis
+) -> str | None:
+    """How the wrapped build (leaves traced) differs from the factory with the Python values, or None.
+
+    Bit for bit: the object carries the host values of the expressions optax
+    computes in Python (see ``_guard.Guarded.exact``), so its numbers are
+    exactly the factory's.
+    """
+    if analysis.level is Level.BUILD:
+        return None  # nothing to run (the probe could not run init or a schedule)
+    spec = _spec.new_spec(info, classified, analysis)
+    # Made as the object will be (the same one compiled converter).
+    leaves, exact = _leaves_and_exact(spec, classified, _host_values(spec, base) if spec.carried else {})
+    params = _verify.concrete_params(_verify.smaller(analysis.params))
+    counts = _verify.counts_for({n: classified.values[n] for n in classified.candidates})
+
+    def run(built: Any) -> Any:
+        return _verify.outputs(built, spec.kind, analysis.level, params, counts)
+
+    reference_jaxpr = None
+    try:
+        reference, reference_jaxpr = _verify.reference_outputs(_verify.call_reference(info, base), run)
+    except Exception as e:  # noqa: BLE001 - compared below
+        reference = e
+    try:
+        got, jaxpr = _verify.traced_outputs(lambda lv: _build.build(spec, *lv), (leaves, exact), run)
+    except Exception as e:  # noqa: BLE001 - any failure of the wrapped build is a difference
+        if isinstance(reference, Exception):
+            return None  # the factory fails on these stand-in parameters too: nothing to compare
+        return f"{_FAILS}{type(e).__name__}: {_build.first_line(str(e))}"
+    if isinstance(reference, Exception) or reference_jaxpr is None:
+        return f"the factory fails with the Python values ({type(reference).__name__}) but not wrapped"
+    ops, reference_ops = (
+        _verify.approximate_ops(jaxpr, params),
+        _verify.approximate_ops(reference_jaxpr, params),
+    )
+    if ops != reference_ops:
+        return f"it computes with {ops} where the factory computes with {reference_ops}"
+    return _verify.difference(reference, got, exact=True)
+
+
+def _host_values(spec: _spec.Spec, base: dict[str, Any], kept: Any = None) -> dict[Any, Any]:
+    """Expression -> its host value for the values given (Python's precision and integers).
+
+    With traced values (a ``replace`` inside ``jit``), traced: the float32
+    fallback. ``kept`` (see :func:`make`): an expression of unchanged
+    arguments keeps the host value the replaced object carried, if that
+    object is not stale.
+    """
+    previous = _kept_values(kept, spec)
+    if all(type(base[n]) in _PYTHON_NUMBERS for n in spec.carried_names):  # Python's arithmetic: no warnings
+        return {e: previous[e] if e in previous else _expr.evaluate(e, base) for e in spec.carried}
+    env = {n: _host(base[n]) for n in spec.tracked}
+    with np.errstate(all="ignore"):
+        return {e: previous[e] if e in previous else _expr.evaluate(e, env) for e in spec.carried}
+
+
+def _carried_values(spec: _spec.Spec, hosts: dict[Any, Any], leaves: tuple[Any, ...]) -> Any:
+    """The object's ``exact`` child (a scalar leaf per expression, then the fingerprint), in general."""
+    of = [leaves[spec.leaf_index[n]] for n in spec.carried_names]
+    return _leaves.exact_child([hosts[e] for e in spec.carried], of, spec.carried_dtypes)
+
+
+def _host(x: Any) -> Any:
+    """A concrete array as NumPy (a batch of values): evaluated on the host, not by XLA."""
+    return np.asarray(x) if isinstance(x, jax.Array) and not _leaves.is_tracer(x) else x
+
+
+def _kept_values(kept: Any, spec: _spec.Spec) -> dict[Any, Any]:
+    """Expression -> the carried host value of the replaced object, for unchanged arguments.
+
+    Only from an object that is not stale (its fingerprint matches its leaves).
+    """
+    if kept is None:
+        return {}
+    core, changed = kept
+    if core.exact is None or _build.fresh(core.spec, core.leaves, core.exact) is not True:
+        return {}
+    out = {}
+    old_values = _leaves.exact_values(core.exact, core.spec.carried_dtypes)
+    for expr in core.spec.carried:
+        if expr in spec.carried_index and not _expr.names_in(expr) & changed:
+            value = np.asarray(old_values[core.spec.carried_index[expr]])
+            out[expr] = value.item() if value.ndim == 0 else value
+    return out
+
+
+def _leaf_values(spec: _spec.Spec, classified: Classified) -> tuple[Any, ...]:
+    values = classified.values
+    dynamic = [n for n, r in spec.roles.items() if r == Role.DYNAMIC]
+    converted = _leaves.to_leaves({n: values[n] for n in dynamic}) if dynamic else {}
+    return tuple(converted[n] if n in converted else values[n] for n in spec.leaf_names)
+
+
+def _find_analysis(
+    info: FactoryInfo,
+    classified: Classified,
+    previous: _spec.Spec | None,
+    base: dict[str, Any],
+    kind: Kind | None,
+) -> Analysis:
+    """The cached analysis these values match, or a new one."""
+    values = classified.values
+    for analysis in _spec.analyses(classified.analysis_key):
+        if analysis.matches(values):
+            return analysis
+    if previous is not None and previous.config_key == classified.key:
+        # Traced values (replace inside jit) cannot be matched: they keep the
+        # branches of the object they replace, checked where it is used.
+        if previous.analysis.matches(values) is not False:
+            return previous.analysis
+    if kind is None:
+        # The factory failed on traced values: called again to say why (its
+        # warnings were given by that first call).
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            kind = _call_factory(info, classified, base)
+        assert kind is not None
+    analysis = _analyse(info, classified, base, kind)
+    _spec.remember(classified.analysis_key, analysis)
+    return analysis
+
+
+def _check_leaves(info: FactoryInfo, classified: Classified, analysis: Analysis) -> None:
+    """The leaves must take the branches their Python values took (float32 round-off)."""
+    values = classified.values
+    for name in analysis.static:
+        if _leaves.is_tracer(values[name]):
+            raise TypeError(
+                f"{info.name}: argument {name!r} must be static (the factory needs it as a Python "
+                "value), but its value is traced here (wrap or replace inside jit, vmap or grad); "
+                "give it a concrete value"
+            )
+    if not analysis.guards:
+        return
+    guarded = {n: values[n] for n in analysis.modes}
+    if any(_leaves.is_tracer(v) for v in guarded.values()):
+        return
+    host = {n: _leaves.host_leaf_value(v) for n, v in guarded.items()}
+    bad = _checks.mismatches(analysis.guards, host)
+    if bad:
+        key, recorded, _ = bad[0]
+        names = sorted(_expr.key_names(key))
+        shown = ", ".join(f"{n}={values[n]!r} (as a leaf: {host[n]!r})" for n in names)
+        raise ValueError(
+            f"{info.name}: {shown}: the leaf's value takes another branch of the factory than the "
+            f"value given ({_expr.key_text(key)} is {recorded} for the value given); pass it as "
+            "an array of the precision you need, or mark it static"
+        )
+
+
+def make(
+    info: FactoryInfo,
+    arguments: dict[str, Any],
+    options: Options,
+    previous: _spec.Spec | None = None,
+    kept: Any = None,
+) -> Made:
+    """Classifies, analyses (or finds the cached analysis): what the wrapped object is made of.
+
+    ``kept``: for ``replace``, (the replaced object's core, the names changed); the carried values of its
+    expressions whose arguments did not change are kept (they were computed
+    from Python values that its leaves no longer tell exactly).
+    """
+    classified = classify(info, arguments, options)
+    base = _base(classified)
+    # Traced values (wrap or replace inside jit, optax.inject_hyperparams
+    # calling a drop-in factory) are no Python values to check: the factory
+    # is called with them for its warnings only (as optax would warn), its
+    # failures on tracers left to the analysis.
+    kind = _call_factory(info, classified, base, tolerant=bool(_traced(classified)))
+    analysis = _find_analysis(info, classified, previous, base, kind)
+    _check_leaves(info, classified, analysis)
+    spec = _spec.spec_for(info, classified, analysis)
+    python = {n: base[n] for n in classified.candidates if type(base[n]) in _PYTHON_NUMBERS}
+    leaves, exact = _leaves_and_exact(
+        spec, classified, _host_values(spec, base, kept) if spec.carried else {}
+    )
+    return Made(spec, leaves, exact, python)
+
+
+def _leaves_and_exact(spec: _spec.Spec, classified: Classified, hosts: dict[Any, Any]) -> tuple[Any, Any]:
+    """The object's leaves and its ``exact`` child (None where nothing is carried)."""
+    if not spec.carried:
+        return _leaf_values(spec, classified), None
+    values = classified.values
+    dynamic = spec.dynamic_names
+    if all(type(values[n]) in _PYTHON_NUMBERS for n in dynamic) and all(
+        type(h) in _PYTHON_NUMBERS for h in hosts.values()
+    ):
+        # The common case (wrap, replace with Python numbers; children kept as
+        # they are): one dispatch.
+        converted, exact = _leaves.make_exact(
+            [values[n] for n in dynamic],
+            [hosts[e] for e in spec.carried],
+            spec.carried_dtypes,
+            spec.fingerprint_of,
+        )
+        by_name = dict(zip(dynamic, converted))
+        return tuple(by_name[n] if n in by_name else values[n] for n in spec.leaf_names), exact
+    leaves = _leaf_values(spec, classified)
+    return leaves, _carried_values(spec, hosts, leaves)
+
+
+_PYTHON_NUMBERS = (int, float, complex)
