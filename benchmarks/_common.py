@@ -1,7 +1,7 @@
-"""Shared by every section: settings, statistics, timing, counting, targets, tables.
+"""Shared by every section: settings, statistics, timing, counting.
 
 The sections are described in ``run.py``'s docstring; this module holds no
-measurement of its own.
+measurement of its own, and ``_report.py`` the formatting of the results.
 """
 
 from __future__ import annotations
@@ -11,10 +11,9 @@ import contextlib
 import dataclasses
 import functools
 import logging
-import operator
 import statistics
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any
 
 import jax
@@ -90,18 +89,6 @@ FULL = Settings.make(quick=False)  # for the configuration counts the targets na
 def summary(samples: Sequence[float]) -> dict[str, Any]:
     xs = [float(x) for x in samples]
     return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs), "samples": xs}
-
-
-def fmt(stat: dict[str, Any], digits: int = 3, scale: float = 1.0) -> str:
-    m, lo, hi = (stat[k] * scale for k in ("median", "min", "max"))
-    if stat["n"] == 1:
-        return f"{m:.{digits}f}"
-    return f"{m:.{digits}f} [{lo:.{digits}f}-{hi:.{digits}f}]"
-
-
-def us(stat: dict[str, Any], digits: int = 1) -> str:
-    """``stat`` (seconds) in microseconds."""
-    return fmt(stat, digits, 1e6)
 
 
 def rotated(seq: Sequence[Any], r: int) -> list[Any]:
@@ -291,63 +278,3 @@ def check_compile_counting() -> dict[str, Any]:
         "calls": counts,  # first and second call: (monitoring, jax_log_compiles)
         "agree": ok,
     }
-
-
-# --------------------------------------------------------------------------
-# Targets.
-
-
-@dataclasses.dataclass
-class Target:
-    section: int
-    what: str
-    measured: str
-    target: str
-    status: str  # PASS, MISS or n/a
-    note: str = ""
-
-
-def check(ok: bool) -> str:
-    return "PASS" if ok else "MISS"
-
-
-def on_median(
-    section: int,
-    what: str,
-    stat: dict[str, Any],
-    target: str,
-    limit: float,
-    op: Callable[[float, float], bool] = operator.le,
-    *,
-    digits: int = 3,
-    na: str = "",
-) -> Target:
-    """PASS when ``op(median of stat, limit)``; n/a, with ``na`` as the note, when ``na`` is given."""
-    status = "n/a" if na else check(op(stat["median"], limit))
-    return Target(section, what, fmt(stat, digits), target, status, na)
-
-
-def cost_targets(section: int, name: str, ref: str, cost: dict[str, Any]) -> list[Target]:
-    """XLA flops within 0.2% and bytes accessed within 0.1% of the reference's."""
-    df = cost.get("rel_diff_flops", float("nan"))
-    db = cost.get("rel_diff_bytes accessed", float("nan"))
-    return [
-        Target(section, f"XLA flops, {name} vs {ref}", f"{df:+.4%}", "within 0.2%", check(abs(df) <= 0.002)),
-        Target(
-            section,
-            f"XLA bytes accessed, {name} vs {ref}",
-            f"{db:+.4%}",
-            "within 0.1%",
-            check(abs(db) <= 0.001),
-        ),
-    ]
-
-
-# --------------------------------------------------------------------------
-# Report.
-
-
-def table(header: str, rows: Iterable[Sequence[Any]]) -> list[str]:
-    """A markdown table: ``header`` (cells joined by `` | ``), its ``|---|`` separator, the rows."""
-    lines = [f"| {header} |", "|" + "---|" * len(header.split(" | "))]
-    return lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]

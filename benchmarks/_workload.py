@@ -25,7 +25,7 @@ import optax
 from jax import lax
 
 import optax_pytree as opx
-from _common import Settings, compared, fmt, fresh, interleaved, table, us
+from _common import Settings, compared, fresh, interleaved
 
 # --------------------------------------------------------------------------
 # The workload: a small MLP trained for 50 steps in lax.scan.
@@ -370,30 +370,3 @@ def stateful_carried(params: Any, grads: Any, s: Settings) -> dict[str, Any]:
     for k in ("step", "flatten", "unflatten"):
         out.update(compared(t, k))
     return out
-
-
-def stateful_lines(rows: list[tuple[str, dict[str, Any]]]) -> list[str]:
-    """The table of (e) carried through ``jax.jit`` (sections 3 and 6)."""
-    return [
-        "",
-        "(e) with its state carried through `jax.jit` (`params, opt = step(opt, params, grads)`), "
-        "against the same loop carrying `(tuple of hyperparameter arrays, optax state)`:",
-        "",
-        *table(
-            "parameters | step (us) | plain (us) | step ratio | flatten (us) | flatten ratio | "
-            "unflatten (us) | unflatten ratio",
-            [
-                [
-                    name,
-                    us(st["step_s"]),
-                    us(st["step_plain_s"]),
-                    fmt(st["step_ratio"]),
-                    us(st["flatten_s"], 2),
-                    fmt(st["flatten_ratio"], 2),
-                    us(st["unflatten_s"], 2),
-                    fmt(st["unflatten_ratio"], 2),
-                ]
-                for name, st in rows
-            ],
-        ),
-    ]

@@ -9,21 +9,8 @@ from typing import Any
 import jax
 import optax
 
-from _common import (
-    COMPILES,
-    FULL,
-    TRACES,
-    Log,
-    Settings,
-    Target,
-    check,
-    fmt,
-    on_median,
-    ratios,
-    rotated,
-    summary,
-    table,
-)
+from _common import COMPILES, FULL, TRACES, Log, Settings, ratios, rotated, summary
+from _report import Target, check, fmt, on_median, section, table
 from _workload import BATCH, STEPS, Workload, approaches
 
 TITLE = "compilations and wall time for N configurations"
@@ -117,12 +104,10 @@ def targets(r: dict[str, Any], s: Settings) -> list[Target]:
 
 
 def markdown(r: dict[str, Any]) -> list[str]:
-    return [
-        "",
+    return section(
         f"## 1. Compilations and wall time: {r['n_configs']} learning rates, MLP of {r['n_params']:,} "
         f"parameters, batch {BATCH}, {STEPS} steps in lax.scan ({r['rounds']} round(s))",
-        "",
-        *table(
+        table(
             "approach | traces | XLA compilations | of which compiling (s) | wall time (s) | "
             "ratio to (b) | max abs loss diff vs (b)",
             [
@@ -138,4 +123,4 @@ def markdown(r: dict[str, Any]) -> list[str]:
                 for a in r["approaches"].values()
             ],
         ),
-    ]
+    )

@@ -27,20 +27,8 @@ import jax
 import optax
 
 import optax_pytree as opx
-from _common import (
-    BACKEND_COMPILE_EVENT,
-    COMPILES,
-    Capture,
-    Log,
-    Settings,
-    Target,
-    check,
-    fmt,
-    ratios,
-    rotated,
-    summary,
-    table,
-)
+from _common import BACKEND_COMPILE_EVENT, COMPILES, Capture, Log, Settings, ratios, rotated, summary
+from _report import Target, check, fmt, section, span, table
 from _workload import Workload, raw_adamw_schedule, train, train_inject, wrapped_adamw_schedule
 
 TITLE = "persistent compilation cache across processes"
@@ -268,11 +256,6 @@ def run(s: Settings, log: Log) -> dict[str, Any]:
     return out
 
 
-def _span(xs: list[int]) -> str:
-    lo, hi = min(xs), max(xs)
-    return str(lo) if lo == hi else f"{lo}-{hi}"
-
-
 def targets(r: dict[str, Any], s: Settings) -> list[Target]:
     out: list[Target] = []
     for kind in TARGETS:
@@ -307,8 +290,8 @@ def markdown(r: dict[str, Any]) -> list[str]:
                     a["label"] if i == 0 else _second_label(a["changes"]),
                     i + 1,
                     f"{p['value']:g}",
-                    _span(p["hits"]),
-                    _span(p["misses"]),
+                    span(p["hits"]),
+                    span(p["misses"]),
                     "/".join(p["train_program"]),
                     fmt(p["compile_or_load_s"], 2),
                     fmt(p["first_result_s"], 2),
@@ -317,11 +300,9 @@ def markdown(r: dict[str, Any]) -> list[str]:
                     f"{p['loss']:.6f}",
                 ]
             )
-    return [
-        "",
+    return section(
         f"## 7. Persistent compilation cache: two fresh processes, one fresh cache folder "
         f"({r['rounds']} round(s))",
-        "",
         "Each pair of fresh Python processes shares one new `jax_compilation_cache_dir` "
         "(`jax_persistent_cache_min_compile_time_secs=0`, `jax_persistent_cache_min_entry_size_bytes=-1`); "
         "the second uses a new value. Counted from building the optimizer to the first result of the "
@@ -331,13 +312,12 @@ def markdown(r: dict[str, Any]) -> list[str]:
         f"`{BACKEND_COMPILE_EVENT}`, which on a hit is the load from the cache. Process wall time "
         "includes starting Python and importing jax. Second / raw: the second process's first result "
         "against raw optax's (closed over, same values) in the same round.",
-        "",
-        *table(
+        table(
             "approach | process | value | cache hits | misses | train program | compiling or loading (s) | "
             "first result (s) | second / raw | process wall (s) | loss",
             rows,
         ),
-    ]
+    )
 
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@ import numpy as np
 import optax
 
 import optax_pytree as opx
-from _common import CPU_CLOCK, Log, Settings, Target, fmt, interleaved, on_median, ratios, summary, table, us
+from _common import CPU_CLOCK, Log, Settings, interleaved, ratios, summary
+from _report import Target, fmt, on_median, section, table, us
 from optax_pytree import _wrap
 
 TITLE = "construction"
@@ -140,16 +141,13 @@ def targets(r: dict[str, Any], s: Settings) -> list[Target]:
 
 
 def markdown(r: dict[str, Any]) -> list[str]:
-    return [
-        "",
+    return section(
         "## 4. Construction",
-        "",
         f"The {SCHEDULE} schedule is `warmup_cosine_decay_schedule(0.0, peak, {WARMUP}, {DECAY:_})` "
         "(guarded: `peak_value`, `warmup_steps`, `decay_steps` leaves, the outcomes of optax's comparisons "
         f"static). `inject_hyperparams({SCHEDULE})` is construction only: it does not make a schedule's "
         "parameters dynamic and its result is not usable.",
-        "",
-        *table(
+        table(
             "call | time (us) | ratio to inject-style reference | ratio to raw optax | references",
             [
                 [
@@ -164,4 +162,4 @@ def markdown(r: dict[str, Any]) -> list[str]:
                 for k, v in r.items()
             ],
         ),
-    ]
+    )

@@ -10,15 +10,9 @@ import jax.numpy as jnp
 import optax
 
 import optax_pytree as opx
-from _common import Log, Settings, Target, compared, fmt, interleaved, on_median, ratios, summary, table, us
-from _workload import (
-    plain_hyperparams,
-    plain_tiny_step,
-    stateful_carried,
-    stateful_lines,
-    tiny_step,
-    tree_fns,
-)
+from _common import Log, Settings, compared, interleaved, ratios, summary
+from _report import Target, fmt, on_median, section, stateful_parts, table, us
+from _workload import plain_hyperparams, plain_tiny_step, stateful_carried, tiny_step, tree_fns
 
 TITLE = "dispatch overhead"
 
@@ -93,20 +87,17 @@ def targets(r: dict[str, Any], s: Settings) -> list[Target]:
 
 
 def markdown(r: dict[str, Any]) -> list[str]:
-    return [
-        "",
+    return section(
         f"## 3. Dispatch: adam init + one update on 3 parameters "
         f"({r['n_hyperparameter_leaves']} hyperparameter leaves)",
-        "",
-        *table(
+        table(
             "jit | wrapped (us) | plain tuple of arrays (us) | ratio",
             [
                 [j, us(r[j]["wrapped_s"]), us(r[j]["plain_s"]), fmt(r[j]["ratio"])]
                 for j in ("jax.jit", "eqx.filter_jit")
             ],
         ),
-        "",
-        *table(
+        table(
             "pytree | leaves | flatten (us) | vs tuple | unflatten (us) | vs tuple",
             [
                 [
@@ -120,5 +111,5 @@ def markdown(r: dict[str, Any]) -> list[str]:
                 for row in r["flatten"]
             ],
         ),
-        *stateful_lines([("3 floats, 1 leaf", r["stateful"])]),
-    ]
+        *stateful_parts([("3 floats, 1 leaf", r["stateful"])]),
+    )

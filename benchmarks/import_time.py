@@ -30,7 +30,8 @@ import tempfile
 import time
 from typing import Any
 
-from _common import Log, Settings, Target, check, fmt, summary, table
+from _common import Log, Settings, summary
+from _report import Target, fmt, on_median, section, table
 
 TITLE = "import time"
 
@@ -103,30 +104,19 @@ def run(s: Settings, log: Log) -> dict[str, Any]:
 
 def targets(r: dict[str, Any], s: Settings) -> list[Target]:
     del s
-    stat = r["extra_cpu_s"]
-    return [
-        Target(
-            8,
-            "import optax_pytree - import optax, CPU s (median of paired differences)",
-            fmt(stat, 3),
-            f"≤ +{LIMIT_S} s",
-            check(stat["median"] <= LIMIT_S),
-        )
-    ]
+    what = "import optax_pytree - import optax, CPU s (median of paired differences)"
+    return [on_median(8, what, r["extra_cpu_s"], f"≤ +{LIMIT_S} s", LIMIT_S)]
 
 
 def markdown(r: dict[str, Any]) -> list[str]:
     rows = [[f"`import {m}`", fmt(r[m]["wall_s"], 3), fmt(r[m]["cpu_s"], 3)] for m in MODULES]
     rows.append(["difference (paired)", fmt(r["extra_wall_s"], 3), fmt(r["extra_cpu_s"], 3)])
     extra = ", ".join(r["extra_packages"]) or "none"
-    return [
-        "",
+    return section(
         f"## 8. Import time ({r['runs']} pairs of fresh processes, interleaved)",
-        "",
-        *table("command | wall (s) | CPU (s)", rows),
-        "",
+        table("command | wall (s) | CPU (s)", rows),
         f"Top-level packages `import optax_pytree` loads beyond `import optax`: {extra}.",
-    ]
+    )
 
 
 if __name__ == "__main__":
@@ -135,9 +125,4 @@ if __name__ == "__main__":
     args = parser.parse_args()
     result = measure(args.runs, print)
     print("\n".join(markdown(result)))
-    print(
-        "\n".join(
-            f"{t.status}  {t.what}: {t.measured} (target {t.target})"
-            for t in targets(result, Settings.make(quick=False))
-        )
-    )
+    print("\n".join(t.line(section=False) for t in targets(result, Settings.make(quick=False))))

@@ -139,8 +139,9 @@ results.json); each section is a module next to it (``compilations.py``,
 ``steady_state.py``, ``dispatch.py``, ``construction.py``, ``sweeps.py``,
 ``scaling.py``, ``compile_cache.py``, ``import_time.py``) with ``TITLE``,
 ``run``, ``targets`` and ``markdown``; ``_common.py`` holds the settings,
-timing, statistics, counting, targets and tables, ``_workload.py`` the MLP,
-the approaches and the tiny step that several sections share.
+timing, statistics and counting, ``_report.py`` the formatting (figures,
+targets, markdown tables), ``_workload.py`` the MLP, the approaches and the
+tiny step that several sections share.
 """
 
 from __future__ import annotations
@@ -174,7 +175,8 @@ import optax_pytree as opx
 import scaling
 import steady_state
 import sweeps
-from _common import Settings, Target, check_compile_counting, table
+from _common import Settings, check_compile_counting
+from _report import Target, targets_table
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 
@@ -209,13 +211,7 @@ def markdown(res: dict[str, Any], meta: dict[str, Any], tgts: list[Target]) -> s
         "",
         "## Targets",
         "",
-        *table(
-            "§ | measurement | measured | target | result",
-            [
-                [t.section, t.what, t.measured, t.target, f"{t.status} ({t.note})" if t.note else t.status]
-                for t in tgts
-            ],
-        ),
+        *targets_table(tgts),
     ]
     for key, section in SECTIONS.items():
         if key in res:
@@ -286,10 +282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     log("")
     log("targets:")
     for t in tgts:
-        log(
-            f"  {t.status:4}  §{t.section} {t.what}: {t.measured} (target {t.target})"
-            + (f"  [{t.note}]" if t.note else "")
-        )
+        log(f"  {t.line()}")
     log(f"\nwrote {args.out / 'results.md'} and {args.out / 'results.json'} in {runtime:.0f} s")
     return 0
 

@@ -9,28 +9,9 @@ import jax.numpy as jnp
 import optax
 
 import optax_pytree as opx
-from _common import (
-    Log,
-    Settings,
-    Target,
-    check,
-    compared,
-    fmt,
-    interleaved,
-    on_median,
-    ratios,
-    summary,
-    table,
-    us,
-)
-from _workload import (
-    plain_hyperparams,
-    plain_tiny_step,
-    stateful_carried,
-    stateful_lines,
-    tiny_step,
-    tree_fns,
-)
+from _common import Log, Settings, compared, interleaved, ratios, summary
+from _report import Target, check, fmt, on_median, section, stateful_parts, table, us
+from _workload import plain_hyperparams, plain_tiny_step, stateful_carried, tiny_step, tree_fns
 
 TITLE = "scaling"
 
@@ -80,7 +61,7 @@ def run(s: Settings, log: Log) -> dict[str, Any]:
         log(
             f"  {n} parameter leaves: wrapped / plain {fmt(row['steady_ratio_to_plain'])}, "
             f"wrapped / raw {fmt(row['steady_ratio_to_raw'])}, "
-            f"flatten overhead {fmt(row['flatten_overhead_s'], 2, 1e6)} us"
+            f"flatten overhead {us(row['flatten_overhead_s'], 2)} us"
         )
     chains = []
     makers = [
@@ -176,16 +157,13 @@ def targets(r: dict[str, Any], s: Settings) -> list[Target]:
 
 
 def markdown(r: dict[str, Any]) -> list[str]:
-    return [
-        "",
+    return section(
         "## 6. Scaling",
-        "",
         "Parameter tree of n leaves of 8 floats, adam init + one update, jitted: wrapped (d), "
         "the same function with the hyperparameters as a plain tuple of arrays, and raw optax "
         "with constant hyperparameters; then `tree_flatten` of the jit arguments "
         "`(tx, params, state)` against `(tuple of hyperparameter arrays, params, state)`:",
-        "",
-        *table(
+        table(
             "leaves | (d) per call (us) | (d) / plain arrays | (d) / raw optax | "
             "plain arrays / raw optax | flatten (us) | same, plain tuple (us) | overhead (us)",
             [
@@ -202,11 +180,9 @@ def markdown(r: dict[str, Any]) -> list[str]:
                 for row in r["param_tree"]
             ],
         ),
-        *stateful_lines([(f"{row['n_leaves']} leaves", row["stateful"]) for row in r["param_tree"]]),
-        "",
+        *stateful_parts([(f"{row['n_leaves']} leaves", row["stateful"]) for row in r["param_tree"]]),
         "Wrapped `optax.chain` of k transforms (cached wrap of the children and the chain):",
-        "",
-        *table(
+        table(
             "k | leaves | wrap (us) | per transform (us) | optax.chain (us) | flatten (us) | "
             "per leaf (us) | flatten vs tuple | unflatten (us)",
             [
@@ -224,4 +200,4 @@ def markdown(r: dict[str, Any]) -> list[str]:
                 for row in r["chain"]
             ],
         ),
-    ]
+    )

@@ -7,7 +7,8 @@ from typing import Any
 
 import jax
 
-from _common import Log, Settings, Target, cost_targets, fmt, on_median, paired_abba, ratios, summary, table
+from _common import Log, Settings, paired_abba, ratios, summary
+from _report import Target, cost_targets, fmt, on_median, pct, section, table
 from _workload import (
     Approach,
     Workload,
@@ -89,13 +90,13 @@ def run(s: Settings, log: Log) -> dict[str, Any]:
         cost = _cost(a.lowered(w))
         rel = _relative(cost, base)
         out["cost"][a.key] = {"label": a.label, "reference": "(b)", **cost, **rel}
-        log(f"  XLA cost {a.label}: " + ", ".join(f"{k} {v:+.4%}" for k, v in rel.items()))
+        log(f"  XLA cost {a.label}: " + ", ".join(f"{k} {pct(v)}" for k, v in rel.items()))
     base_sched = _cost(lowered_closure_schedule(w))
     out["cost"]["b_sched"] = {"label": B_SCHED, "reference": "", **base_sched}
     cost = _cost(lowered_wrapped_schedule(w))
     rel = _relative(cost, base_sched)
     out["cost"]["d_sched"] = {"label": D_SCHED, "reference": "(b')", **cost, **rel}
-    log(f"  XLA cost {D_SCHED}: " + ", ".join(f"{k} {v:+.4%}" for k, v in rel.items()))
+    log(f"  XLA cost {D_SCHED}: " + ", ".join(f"{k} {pct(v)}" for k, v in rel.items()))
     return out
 
 
@@ -122,14 +123,11 @@ def targets(r: dict[str, Any], s: Settings) -> list[Target]:
 
 
 def markdown(r: dict[str, Any]) -> list[str]:
-    return [
-        "",
+    return section(
         "## 2. Steady state (compiled; paired with the reference, ABBA)",
-        "",
         "Reference: (b), raw optax adam closed over; for (d'), (b'): "
         "`optax.adamw(optax.warmup_cosine_decay_schedule(0.0, lr, 10, 100))` closed over.",
-        "",
-        *table(
+        table(
             "approach | per call (ms) | reference | reference per call (ms) | ratio to reference, wall | "
             "ratio to reference, CPU time",
             [
@@ -144,10 +142,8 @@ def markdown(r: dict[str, Any]) -> list[str]:
                 for a in r["approaches"].values()
             ],
         ),
-        "",
         "XLA cost analysis of the compiled program (noise-free):",
-        "",
-        *table(
+        table(
             "program | flops | bytes accessed | transcendentals | reference | flops vs reference | "
             "bytes vs reference",
             [
@@ -157,10 +153,10 @@ def markdown(r: dict[str, Any]) -> list[str]:
                     f"{c.get('bytes accessed', 0):,.0f}",
                     f"{c.get('transcendentals', 0):,.0f}",
                     c["reference"],
-                    f"{c['rel_diff_flops']:+.4%}" if "rel_diff_flops" in c else "",
-                    f"{c['rel_diff_bytes accessed']:+.4%}" if "rel_diff_bytes accessed" in c else "",
+                    pct(c["rel_diff_flops"]) if "rel_diff_flops" in c else "",
+                    pct(c["rel_diff_bytes accessed"]) if "rel_diff_bytes accessed" in c else "",
                 ]
                 for c in r["cost"].values()
             ],
         ),
-    ]
+    )

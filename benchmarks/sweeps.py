@@ -12,20 +12,8 @@ import numpy as np
 import optax
 
 import optax_pytree as opx
-from _common import (
-    COMPILES,
-    FULL,
-    Log,
-    Settings,
-    Target,
-    fmt,
-    fresh,
-    on_median,
-    ratios,
-    rotated,
-    summary,
-    table,
-)
+from _common import COMPILES, FULL, Log, Settings, fresh, ratios, rotated, summary
+from _report import Target, fmt, on_median, section, table
 from _workload import Workload, per_config_closure, per_config_wrapped, train
 
 TITLE = "sweeps"
@@ -93,11 +81,9 @@ def targets(r: dict[str, Any], s: Settings) -> list[Target]:
 
 
 def markdown(r: dict[str, Any]) -> list[str]:
-    return [
-        "",
+    return section(
         f"## 5. Sweep of {r['n_configs']} learning rates, end to end ({r['rounds']} round(s))",
-        "",
-        *table(
+        table(
             "approach | time (s) | XLA compilations | speedup vs raw loop | max abs loss diff",
             [
                 [
@@ -110,4 +96,4 @@ def markdown(r: dict[str, Any]) -> list[str]:
                 for k in KEYS
             ],
         ),
-    ]
+    )

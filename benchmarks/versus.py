@@ -79,6 +79,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+# The report's formatting (no jax, no package: the parent imports neither).
+from _report import median_range, table
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 PACKAGE = "optax_pytree"
@@ -530,16 +533,21 @@ def markdown(res: dict[str, Any]) -> list[str]:
         + ("; --quick" if res["quick"] else "")
         + ".",
         "",
-        "| metric | baseline | current | ratio | budget | within budget |",
-        "|---|---|---|---|---|---|",
+        *table(
+            "metric | baseline | current | ratio | budget | within budget",
+            [
+                [
+                    row.what,
+                    _value(v["baseline"], row.unit),
+                    _value(v["current"], row.unit),
+                    median_range(v["ratio"], v["ratio_min"], v["ratio_max"], 2),
+                    row.budget,
+                    "-" if v["within"] is None else ("yes" if v["within"] else "no"),
+                ]
+                for row, v in ((row, res["rows"][row.key]) for row in ROWS)
+            ],
+        ),
     ]
-    for row in ROWS:
-        v = res["rows"][row.key]
-        within = "-" if v["within"] is None else ("yes" if v["within"] else "no")
-        lines.append(
-            f"| {row.what} | {_value(v['baseline'], row.unit)} | {_value(v['current'], row.unit)} "
-            f"| {v['ratio']:.2f} [{v['ratio_min']:.2f}-{v['ratio_max']:.2f}] | {row.budget} | {within} |"
-        )
     compilations = {
         n: "/".join(f"{res[n]['cold_compilations'][c]:g}" for c in COLD) for n in ("baseline", "current")
     }
