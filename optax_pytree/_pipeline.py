@@ -206,8 +206,8 @@ def _difference(
     if isinstance(reference, Exception) or reference_jaxpr is None:
         return f"the factory fails with the Python values ({type(reference).__name__}) but not wrapped"
     ops, reference_ops = (
-        _verify.approximate_ops(jaxpr, params),
-        _verify.approximate_ops(reference_jaxpr, params),
+        _verify.approximate_ops(jaxpr, (params, counts)),
+        _verify.approximate_ops(reference_jaxpr, (params, counts)),
     )
     if ops != reference_ops:
         return f"it computes with {ops} where the factory computes with {reference_ops}"

@@ -125,12 +125,16 @@ _APPROXIMATE = frozenset(
 # The exponents XLA computes a power by otherwise when they are constants
 # of the program (``x ** 2.0`` becomes ``x * x``; measured on CPU: a power
 # by a runtime 2.0, 3.0, 0.5 or -1.0 differs in the last bit, by 1.0, 4.0,
-# -0.5, 1.5, ... does not).
+# -0.5, 1.5, ... does not). Checked where the analysis is made: a later
+# value of the same branch is not re-verified (README, Numerics).
 _SPECIALIZED_EXPONENTS = frozenset((2.0, 3.0, 0.5, -1.0))
 
 
 def approximate_ops(closed: Any, params: Any = None) -> dict[str, Any]:
     """How many of each not-correctly-rounded primitive a jaxpr has (sub-jaxprs included).
+
+    ``params``: the data both programs share (parameters, a schedule's step
+    counts), not hyperparameters.
 
     With, for ``pow``, which exponents are constants XLA specializes (see
     ``_SPECIALIZED_EXPONENTS``): a hyperparameter leaf as the exponent would
@@ -165,8 +169,16 @@ def approximate_ops(closed: Any, params: Any = None) -> dict[str, Any]:
     # The hyperparameters' own values: the inputs (leaves) and the constants
     # of the program (what the factory computed from them in Python), but
     # not the parameters (constants of both programs too).
-    data = {id(x) for x in jax.tree_util.tree_leaves(params)}
-    own = [v for v, c in zip(closed.jaxpr.constvars, closed.consts) if id(c) not in data]
+    # JAX may hand a NumPy constant back as its own array type (a
+    # ``TypedNdArray`` of a schedule's step counts): the same data by value.
+    data = jax.tree_util.tree_leaves(params)
+
+    def is_data(c: Any) -> bool:
+        return any(
+            c is x or (np.shape(c) == np.shape(x) and np.ndim(x) > 0 and np.array_equal(c, x)) for x in data
+        )
+
+    own = [v for v, c in zip(closed.jaxpr.constvars, closed.consts) if not is_data(c)]
     walk(
         closed.jaxpr, dict(zip(map(id, closed.jaxpr.constvars), closed.consts)), (*closed.jaxpr.invars, *own)
     )

@@ -70,3 +70,22 @@ def test_adamw_warmup_cosine_on_digits_is_plain_optax_bit_for_bit(digits: Any) -
         tx = _optimizer(peak, opx.wrap)
         assert_jit_bit_for_bit(step(tx, params, tx.init(params)), expected)
     assert traces == [1]  # one compilation for the four
+
+
+@pytest.mark.parametrize("exponent", [3.0, 0.5, 1.5])
+def test_a_schedules_exponent_that_xla_specializes_is_static(exponent: float) -> None:
+    # optax's cosine decay computes ``cosine_decay ** exponent``: with a
+    # Python 3.0 or 0.5, XLA specializes the power (a constant of the
+    # program); a leaf cannot get that, so the verification (which compares
+    # the operations of both programs, a schedule's step counts being data)
+    # makes the exponent static there, and only there.
+    from optax_pytree import _wrap
+
+    _wrap.clear_caches()  # a new analysis: the value given is the one verified
+    kwargs = {"init_value": 0.0, "peak_value": 0.01, "warmup_steps": 100, "decay_steps": 1000}
+    schedule = opx.wrap(optax.warmup_cosine_decay_schedule, **kwargs, end_value=1e-4, exponent=exponent)
+    plain = optax.warmup_cosine_decay_schedule(**kwargs, end_value=1e-4, exponent=exponent)
+    assert ("exponent" in schedule.static_argnames) is (exponent != 1.5)
+    counts = jnp.arange(1200)
+    got = jax.jit(lambda s, c: jax.vmap(s)(c))(schedule, counts)
+    assert_jit_bit_for_bit(got, jax.jit(jax.vmap(plain))(counts))
