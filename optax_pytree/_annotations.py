@@ -1,3 +1,4 @@
+# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 """Type annotations as text, optax's aliases by name (``optax.ScalarOrSchedule``).
 
 Used by the stub generator (``_stubs``) for the drop-in's signatures, and by

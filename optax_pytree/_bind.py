@@ -1,3 +1,4 @@
+# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 """Step 1, bind: a factory's signature, its public name, and calling it back.
 
 ``wrap(optax.sgd, 0.1, momentum=0.9)`` binds its arguments to the signature of
@@ -40,7 +41,7 @@ def did_you_mean(name: str, names: Iterable[str]) -> str:
     """``"; did you mean 'learning_rate'?"`` for a near miss (or optax's usual ``lr``), else ``""``."""
     import difflib
 
-    names = [n for n in names if isinstance(n, str)]
+    names = [n for n in names if isinstance(n, str)]  # pyright: ignore[reportUnnecessaryIsInstance] - user data
     if name == "lr" and "learning_rate" in names:
         return "; did you mean 'learning_rate'?"
     close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
@@ -164,7 +165,7 @@ class FactoryInfo:
             names = (names,)
         names = frozenset(names)
         for n in sorted(names, key=str):
-            if not isinstance(n, str):
+            if not isinstance(n, str):  # pyright: ignore[reportUnnecessaryIsInstance] - user data
                 raise TypeError(f"{self.name}: {what} must be argument names (str), got {n!r}")
             if n not in self.param_names and self.var_keyword is None:
                 raise UnknownArgumentError(

@@ -1,3 +1,4 @@
+# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 """Step 5, build: a spec and its leaves -> the real optax transformation or schedule.
 
 Called on every ``init``, ``update`` and schedule call, so inside ``jit`` the

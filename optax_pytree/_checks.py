@@ -1,3 +1,4 @@
+# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 """Checking leaves against the guards of their branch, on the host and in traced code.
 
 A wrapped object's guards hold for the values it was made with. Where its
@@ -170,7 +171,7 @@ def _traced_compare(op: str, a: Any, b: Any) -> Any:
             return jnp.full(jnp.shape(a), op == "ne")
         if b in (float("inf"), float("-inf")):
             b = info.max + 1 if b > 0 else info.min - 1
-        elif b != int(b):  # x > 2.5 is x >= 3; x == 2.5 never holds
+        elif not b.is_integer():  # x > 2.5 is x >= 3; x == 2.5 never holds
             if op in ("eq", "ne"):
                 return jnp.full(jnp.shape(a), op == "ne")
             op, b = {"gt": ("ge", math.ceil(b)), "ge": ("ge", math.ceil(b)),

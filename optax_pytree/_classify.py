@@ -1,3 +1,4 @@
+# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 """Step 2, classify: each bound argument is a dynamic leaf, a child, or static.
 
 - **dynamic**: int (not bool), float, complex, NumPy/JAX numeric arrays and

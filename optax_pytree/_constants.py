@@ -1,3 +1,4 @@
+# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 """Hyperparameters traced as XLA compiles constants: a division by one is a multiplication.
 
 Plain optax inside ``jax.jit`` has its hyperparameters as constants of the

@@ -1,3 +1,4 @@
+# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 """Detaching the stand-ins from what a factory returned.
 
 The probe and every rebuild call the factory with :class:`~optax_pytree._guard.Guarded`

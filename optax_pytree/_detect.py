@@ -1,3 +1,4 @@
+# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 """Step 2c, detect: which numeric arguments a factory needs concrete, and which it guards.
 
 Some numeric hyperparameters cannot be leaves: ``optax.lbfgs`` allocates

@@ -1,3 +1,4 @@
+# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 """Expressions over a factory's arguments, and guard keys: what ``_guard`` records.
 
 An expression is a tuple: ``("arg", name)``, ``("const", value)`` or

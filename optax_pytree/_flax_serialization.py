@@ -1,3 +1,4 @@
+# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 """flax's serialization (``flax.serialization``, ``flax.training.checkpoints``) of wrapped objects.
 
 flax serializes any tuple with ``_fields`` as a NamedTuple, field by field,
@@ -9,7 +10,7 @@ configuration and hands every other NamedTuple to flax's own handler.
 
 Registered when first needed: ``optax_pytree.linen``/``nnx`` register at
 import; otherwise the first time a wrapped object's ``_fields`` is read with
-flax loaded (``_tree.on_fields_read``, set below when the package imports
+flax loaded (``_tree.set_fields_hook``, set below when the package imports
 this module). Importing optax_pytree does not import flax.
 """
 
@@ -20,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from . import _leaves, _tree
+from . import _leaves
 from ._bind import is_wrapped
-from ._tree import PyTreeSchedule, PyTreeTransformation
+from ._tree import PyTreeSchedule, PyTreeTransformation, new, set_fields_hook, with_exact
 from ._vocabulary import Role
 
 _registered = False
@@ -36,7 +37,7 @@ def register(only_if_loaded: bool = False) -> None:
     if only_if_loaded and "flax.serialization" not in sys.modules:
         return
     _registered = True
-    _tree.on_fields_read = None  # nothing more to do when ``_fields`` is read
+    set_fields_hook(None)  # nothing more to do when ``_fields`` is read
     from flax import serialization
 
     for cls in (
@@ -111,10 +112,10 @@ def _restore(target: Any, state_dict: Any) -> Any:
             _leaves.restored_leaf(old, serialization.from_state_dict(old, saved_exact[str(i)], name=str(i)))
             for i, old in enumerate(core.exact)
         )
-    restored = _tree.new(spec, tuple(leaves), exact)
+    restored = new(spec, tuple(leaves), exact)
     if spec.guarded and all(np.ndim(leaves[spec.leaf_index[n]]) == 0 for n in spec.guarded):
         # Re-checked: another branch is another configuration.
-        return _tree.with_exact(restored.replace(), exact)
+        return with_exact(restored.replace(), exact)
     if spec.carried and exact is None:
         return restored.replace()  # saved without carried values: computed again
     return restored
@@ -124,4 +125,4 @@ def _on_fields_read() -> None:
     register(only_if_loaded=True)
 
 
-_tree.on_fields_read = _on_fields_read
+set_fields_hook(_on_fields_read)

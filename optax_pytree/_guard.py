@@ -1,3 +1,4 @@
+# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 """Step 2b, guard: numeric arguments that a factory only *compares* in Python.
 
 optax decides some things in Python from a hyperparameter's value:

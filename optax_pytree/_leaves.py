@@ -1,3 +1,4 @@
+# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 """Numeric hyperparameters: what counts as one, and how it becomes a leaf.
 
 A hyperparameter given as a Python float, a NumPy float scalar or a 0-d

@@ -1,3 +1,4 @@
+# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 """Paths to a hyperparameter inside a configuration, for ``grid``: ``"args[1].learning_rate"``.
 
 Written as ``jax.tree_util.keystr`` writes a leaf's key path, so a path
@@ -27,7 +28,7 @@ _KEY = re.compile(r"""\[\s*('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")\s*\]""")
 
 def parse(path: str) -> tuple[tuple[str, Any], ...]:
     """``"args[1].learning_rate"`` -> ``(("name", "args"), ("index", 1), ("name", "learning_rate"))``."""
-    if not isinstance(path, str):
+    if not isinstance(path, str):  # pyright: ignore[reportUnnecessaryIsInstance] - user data
         raise TypeError(f"optax_pytree.grid: a path must be a string, got {path!r}")
     tokens: list[tuple[str, Any]] = []
     pos = 0

@@ -1,3 +1,4 @@
+# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 """Steps 1 to 4 in order: from a factory's arguments to what a wrapped object is made of.
 
 ``make`` binds nothing itself (``_bind`` did): it classifies the arguments

@@ -1,3 +1,4 @@
+# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 """Step 3, spec: everything static about a wrapped object (its pytree aux data).
 
 JAX compares the aux data of two treedefs with ``==`` and hashes it to key

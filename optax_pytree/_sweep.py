@@ -1,3 +1,4 @@
+# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 """Sweeps: batched wrapped optimizers for ``jax.vmap``, ``jax.grad`` and sharding.
 
 A wrapped optimizer is a pytree whose leaves are its numeric hyperparameters,
@@ -513,7 +514,7 @@ def population_sharding(
     mesh: jax.sharding.Mesh, axis_name: str | tuple[str, ...], what: str
 ) -> tuple[jax.sharding.NamedSharding, int]:
     """The sharding of a population's leaves over ``axis_name``, and how many devices that axis has."""
-    if not isinstance(mesh, jax.sharding.Mesh):
+    if not isinstance(mesh, jax.sharding.Mesh):  # pyright: ignore[reportUnnecessaryIsInstance] - user data
         raise TypeError(f"{what}: mesh must be a jax.sharding.Mesh, got {short(mesh)}")
     names = (axis_name,) if isinstance(axis_name, str) else tuple(axis_name)
     if not names:

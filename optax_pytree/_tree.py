@@ -1,3 +1,4 @@
+# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 """Step 4, tree: the wrapped objects, their pytree registration and pickling.
 
 A wrapped object is its spec (aux data) and its leaves (the dynamic
@@ -431,6 +432,12 @@ def make(
 on_fields_read: Callable[[], None] | None = None
 
 
+def set_fields_hook(hook: Callable[[], None] | None) -> None:
+    """Sets (or clears) what reading ``_fields`` calls first (see ``on_fields_read``)."""
+    global on_fields_read
+    on_fields_read = hook
+
+
 _new_core = object.__new__
 _new_tuple = tuple.__new__
 
@@ -541,5 +548,6 @@ __all__ = [
     "make",
     "name_of",
     "new",
+    "set_fields_hook",
     "with_exact",
 ]

@@ -1,3 +1,4 @@
+# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 """Step 2d, verify: the wrapped build computes what the factory computes with the Python values.
 
 Detection (``_detect``) sees what a factory does *with* a stand-in: compare it,

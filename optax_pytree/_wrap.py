@@ -1,3 +1,4 @@
+# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 """The entry points: any optax factory's result as a JAX pytree.
 
 ``wrap`` runs the steps, each in its own module: bind the arguments to the
@@ -15,10 +16,11 @@ import inspect
 from collections.abc import Callable, Iterable
 from typing import Any, ParamSpec, Protocol, overload
 
-from . import _bind, _spec, _tree
+from . import _bind, _spec
 from ._classify import make_options
 from ._tree import PyTreeSchedule as PyTreeSchedule
 from ._tree import PyTreeTransformation as PyTreeTransformation
+from ._tree import make
 
 P = ParamSpec("P")
 Names = str | Iterable[str]
@@ -212,7 +214,7 @@ def wrap_transformation_as_pytree(
     """
     info = _bind.factory_info(factory)
     options = make_options(info, static_argnames, dynamic_argnames, dynamic_only)
-    return _tree.make(info, info.bind(args, kwargs), options)
+    return make(info, info.bind(args, kwargs), options)
 
 
 wrap = wrap_transformation_as_pytree
@@ -291,7 +293,7 @@ def pytree_transformation(
     # A class (optax.MultiSteps) must not lend its members to the function.
     @functools.wraps(inner, updated=() if inspect.isclass(inner) else functools.WRAPPER_UPDATES)
     def decorated(*args: Any, **kwargs: Any) -> Any:
-        return _tree.make(info, info.bind(args, kwargs), options)
+        return make(info, info.bind(args, kwargs), options)
 
     setattr(decorated, _bind.MARK, inner)
     setattr(decorated, "__signature__", info.signature)  # noqa: B010 - not a plain attribute to pyright
