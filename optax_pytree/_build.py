@@ -120,14 +120,14 @@ def _call(spec: Spec, leaves: tuple[Any, ...], exact: Any = None) -> tuple[Any, 
     ok = ctx = None
     if spec.tracked:
         env = {n: values[n] for n in spec.tracked}
-        host = _checks.host_values(env)
+        host = _leaves.leaves_on_host(env)
         ctx = _guard.Context(
             spec.info.name, record=False, recorded=spec.outcomes, carried=carried(spec, leaves, exact)
         )
         if host is not None:  # concrete leaves: check them now, raise if they left their branch
             if spec.guards:
                 _check(spec, host)
-            pyvals = {n: _leaves.python_value(host[n]) for n in spec.tracked}
+            pyvals = {n: _leaves.value_as_given(host[n]) for n in spec.tracked}
         else:
             if spec.guards:
                 ok = _checks.traced_ok(spec.guards, env)

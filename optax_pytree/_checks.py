@@ -21,17 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._expr import ARG, COMPARE, CONST, REFLECTED, Fits, Key, Truth, compile_expr, key_exprs
-from ._leaves import is_integer, is_tracer
-
-
-def host_values(leaves: Mapping[str, Any]) -> dict[str, Any] | None:
-    """Concrete leaves as NumPy values, or None if any of them is traced."""
-    out = {}
-    for name, x in leaves.items():
-        if is_tracer(x):
-            return None
-        out[name] = np.asarray(x)
-    return out
+from ._leaves import is_integer
 
 
 def _compile_key(key: Key) -> Callable[[Mapping[str, Any]], Any]:

@@ -44,7 +44,7 @@ import optax
 
 from . import _bind, _checks, _detach, _expr, _guard, _static
 from ._bind import FactoryInfo
-from ._leaves import is_tracer, python_value, static_form
+from ._leaves import is_tracer, value_as_given, value_as_static
 from ._vocabulary import Kind, Level, Mode, Phase
 
 # How far the probe drives what the factory returns, deepest first: update
@@ -197,9 +197,9 @@ class Probe:
         self.info = info
         self.kind = kind
         self.base = base  # every non-candidate argument, ready to call with
-        self.concrete = {n: static_form(v) for n, v in concrete.items()}  # candidate -> static form
+        self.concrete = {n: value_as_static(v) for n, v in concrete.items()}  # candidate -> static form
         self.abstract = {n: _spec(v) for n, v in leaves.items()}  # candidate -> leaf spec
-        self.pyvals = {n: python_value(v) for n, v in concrete.items()}
+        self.pyvals = {n: value_as_given(v) for n, v in concrete.items()}
         self.param_shapes = [*param_shapes, *_default_param_shapes()]
         self.level: Level | None = None
         self.params: Any = None
@@ -288,7 +288,7 @@ class Analysis:
         self.modes = modes or {}
         self.guards = guards
         self.undecided = undecided
-        self.static_key = tuple(_static.freeze(static_form((values or {})[n])) for n in static)
+        self.static_key = tuple(_static.freeze(value_as_static((values or {})[n])) for n in static)
         # How deep the probe could drive the result, on which stand-in
         # parameters: where the verification runs it too.
         self.level = Level.BUILD
@@ -303,11 +303,11 @@ class Analysis:
         Python values are compared as the factory compared them; a batch of
         concrete values (a population) matches if every member does.
         """
-        if tuple(_static.freeze(static_form(values[n])) for n in self.static) != self.static_key:
+        if tuple(_static.freeze(value_as_static(values[n])) for n in self.static) != self.static_key:
             return False
         if not self.guards:
             return True
-        env = {n: python_value(values[n]) for n in self.modes}
+        env = {n: value_as_given(values[n]) for n in self.modes}
         if any(v is None for v in env.values()):
             batch = {n: values[n] for n in self.modes}
             if any(is_tracer(v) for v in batch.values()):

@@ -13,6 +13,7 @@ an unsigned int, any array of rank > 0) is kept as given.
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -175,7 +176,26 @@ def is_tracer(x: Any) -> bool:
     return isinstance(x, Tracer)
 
 
-def python_value(x: Any) -> Any:
+# --------------------------------------------------------------------------
+# The concrete value of an argument, four ways. Which one a check uses
+# decides whether it is right: a comparison the factory makes in Python is
+# answered on the value *as given* (raw optax's precision: 0.1, not
+# float32's 0.1); a guard re-checked on a leaf on the value *as the leaf*
+# holds it (float32-rounded), as the traced code will see it; a static
+# value is kept *as static* (NumPy, not a JAX array staged under jit).
+
+
+def leaves_on_host(leaves: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Concrete leaves as NumPy values, or None if any of them is traced."""
+    out = {}
+    for name, x in leaves.items():
+        if is_tracer(x):
+            return None
+        out[name] = np.asarray(x)
+    return out
+
+
+def value_as_given(x: Any) -> Any:
     """The value Python comparisons of a scalar argument see, or None (traced, not a scalar).
 
     Python numbers and NumPy scalars as given (so that comparisons are raw
@@ -190,7 +210,7 @@ def python_value(x: Any) -> Any:
     return None
 
 
-def static_form(x: Any) -> Any:
+def value_as_static(x: Any) -> Any:
     """A numeric value as a static (Python-level) value: concrete JAX arrays as NumPy.
 
     A concrete JAX array closed over by traced code is staged like any array,
@@ -202,7 +222,7 @@ def static_form(x: Any) -> Any:
     return x
 
 
-def host_leaf_value(x: Any) -> Any:
+def value_as_leaf(x: Any) -> Any:
     """The value the leaf made from ``x`` holds, as NumPy, without a device round trip.
 
     A Python float becomes a float32 leaf (float64 with ``jax_enable_x64``):
@@ -255,7 +275,7 @@ def aval_key(x: Any) -> Any:
     return jax.tree_util.tree_structure(x)
 
 
-def as_python(x: Any) -> Any:
+def as_python_number(x: Any) -> Any:
     """A concrete weakly typed scalar leaf as the Python number it was made from (else ``x``).
 
     ``replace`` hands the factory the other arguments' leaves: it gets Python

@@ -56,7 +56,7 @@ def _base(classified: Classified) -> dict[str, Any]:
         return classified.values  # the common case: Python numbers and static values
     base = dict(classified.values)
     for name in classified.candidates:
-        base[name] = _leaves.as_python(base[name])
+        base[name] = _leaves.as_python_number(base[name])
     for name, role in classified.roles.items():
         if role == Role.CHILD:
             t = classified.templates.get(name)
@@ -312,7 +312,7 @@ def _check_leaves(info: FactoryInfo, classified: Classified, analysis: Analysis)
     guarded = {n: values[n] for n in analysis.modes}
     if any(_leaves.is_tracer(v) for v in guarded.values()):
         return
-    host = {n: _leaves.host_leaf_value(v) for n, v in guarded.items()}
+    host = {n: _leaves.value_as_leaf(v) for n, v in guarded.items()}
     bad = _checks.mismatches(analysis.guards, host)
     if bad:
         key, recorded, _ = bad[0]

@@ -25,7 +25,7 @@ from . import _bind, _expr, _leaves, _static
 from ._bind import FactoryInfo
 from ._classify import Classified, Options, Template
 from ._detect import Analysis
-from ._leaves import static_form
+from ._leaves import value_as_static
 from ._vocabulary import Mode, Role
 
 
@@ -208,7 +208,7 @@ def new_spec(info: FactoryInfo, classified: Classified, analysis: Analysis) -> S
         roles[name] = Role.STATIC
     static = {n: classified.values[n] for n, r in roles.items() if r == Role.STATIC}
     for name in analysis.static:  # found to be needed as Python values: never JAX arrays
-        static[name] = static_form(static[name])
+        static[name] = value_as_static(static[name])
     spec = Spec(
         info, roles, static, classified.templates, classified.options, analysis, tuple(classified.wide)
     )
