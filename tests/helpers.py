@@ -62,11 +62,6 @@ TARGET = {"b": jnp.array([0.5, -1.0, 2.0]), "w": jnp.arange(12.0).reshape(4, 3) 
 PARAMS = {"b": jnp.array([0.1, 0.2, -0.3]), "w": jnp.linspace(-1.0, 1.0, 12).reshape(4, 3)}
 
 
-# A small regression batch for the flax models of test_flax and test_flax_serialization.
-FLAX_X = jnp.linspace(-1.0, 1.0, 16).reshape(8, 2)
-FLAX_Y = jnp.sin(FLAX_X[:, :1]) + FLAX_X[:, 1:]
-
-
 def loss(params: dict[str, jax.Array]) -> jax.Array:
     terms = [jnp.sum((p - TARGET[k]) ** 2 * (1.0 + TARGET[k] ** 2)) for k, p in params.items()]
     return sum(terms, jnp.zeros(()))
@@ -239,6 +234,21 @@ def raw_adam(learning_rates: Any, params: Any = PARAMS, loss_fn: Any = loss) -> 
 
 # The steps at which schedules are compared with optax's.
 SCHEDULE_STEPS = jnp.array([0, 1, 3, 7, 20, 150])
+
+
+def needs_params_x(n: int) -> optax.GradientTransformation:
+    """Needs ``params["x"]``, which the probe's stand-in parameters lack, so the
+    probe cannot decide ``n``; the state has shape ``(n,)``: ``n`` must be static.
+    """
+
+    def init(params: Any) -> Any:
+        return params["x"].sum() + jnp.zeros((n,))  # the KeyError first, where "x" is missing
+
+    def update(updates: Any, state: Any, params: Any = None) -> Any:
+        del params
+        return updates, state
+
+    return optax.GradientTransformation(init, update)
 
 
 def raw(factory: Any, *args: Any, **kwargs: Any) -> Any:

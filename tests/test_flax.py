@@ -4,20 +4,20 @@ With flax's own classes the optimizer is static (``nnx.Optimizer.tx``,
 ``TrainState.tx``): a new learning rate is a new compilation, and a wrapped
 optimizer is refused (nnx) or silently static (linen). The replacements keep
 the hyperparameters dynamic: one trace across learning rates, results equal
-to flax with raw optax, and ``nnx.state``/``split``/checkpoints carry them.
-With a plain optax ``tx`` they are flax's classes: changing the import never
-breaks a working program (scenarios of flax's own linen, cursor and
-serialization tests, run on both). The nnx sweep patterns of the
-``optax_pytree.nnx`` docs are run here: the loop that compiles once and the
-vmapped population.
+to flax with raw optax, and ``nnx.state``/``split`` carry them (checkpoints:
+test_flax_serialization.py). With a plain optax ``tx`` they are flax's
+classes: changing the import never breaks a working program (scenarios of
+flax's own linen, cursor and serialization tests, run on both). Without the
+replacements, wrapped objects work in flax's own ``nnx.Optimizer`` (its
+``tx`` made nnx data) and a stateful wrapped optimizer in nnx modules. The
+nnx sweep patterns of the ``optax_pytree.nnx`` docs are run here: the loop
+that compiles once and the vmapped population. The models, steps and data
+are in flax_helpers.py.
 """
 
 from __future__ import annotations
 
 import functools
-import os
-import subprocess
-import sys
 from typing import Any
 
 import jax
@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from helpers import FLAX_X, FLAX_Y, assert_tree_allclose, counting_jit
+from helpers import assert_tree_allclose, counting_jit, run_in_fresh_python
 
 import optax_pytree as opx
 import optax_pytree.optax as dropin
@@ -35,66 +35,48 @@ linen = pytest.importorskip("flax.linen", reason="flax is an optional dependency
 from flax import serialization, struct  # noqa: E402
 from flax.cursor import cursor  # noqa: E402
 from flax.training import train_state  # noqa: E402
+from flax_helpers import (  # noqa: E402
+    MLP,
+    X,
+    Y,
+    linen_state,
+    linen_step,
+    nnx_loss,
+    nnx_params,
+    nnx_step,
+    train_with_flax,
+)
 
 from optax_pytree.linen import TrainState  # noqa: E402
 from optax_pytree.nnx import Optimizer  # noqa: E402
 
-X, Y = FLAX_X, FLAX_Y
 LEARNING_RATES = (0.05, 0.02, 0.01)
 
 
-class MLP(nnx.Module):
-    def __init__(self, rngs: Any):
-        self.hidden = nnx.Linear(2, 8, rngs=rngs)
-        self.out = nnx.Linear(8, 1, rngs=rngs)
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        return self.out(jnp.tanh(self.hidden(x)))
-
-
-def nnx_loss(model: Any, x: jax.Array, y: jax.Array) -> jax.Array:
-    return jnp.mean((model(x) - y) ** 2)
-
-
-def nnx_step(model: Any, optimizer: Any, x: jax.Array, y: jax.Array) -> jax.Array:
-    loss, grads = nnx.value_and_grad(nnx_loss)(model, x, y)
-    optimizer.update(model, grads)
-    return loss
-
-
-def nnx_params(model: Any) -> Any:
-    return nnx.to_pure_dict(nnx.state(model, nnx.Param)) if hasattr(nnx, "to_pure_dict") else nnx.state(model)
+def key_paths(tree: Any) -> list[str]:
+    return [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(tree)[0]]
 
 
 # --------------------------------------------------------------------------
-# flax.nnx
+# flax.nnx: optax_pytree.nnx.Optimizer
 
 
 def test_nnx_optimizer_keeps_hyperparameters_dynamic_and_equals_flax() -> None:
     step, traces = counting_jit(nnx_step, jit=nnx.jit)
-    model, reference = MLP(nnx.Rngs(0)), MLP(nnx.Rngs(0))
+    model = MLP(nnx.Rngs(0))
     optimizer = Optimizer(model, opx.wrap(optax.adamw, LEARNING_RATES[0], weight_decay=1e-2), wrt=nnx.Param)
-    carried: Any = None
     for lr in LEARNING_RATES:  # the documented way to change one
         optimizer.set_hyperparams(learning_rate=lr)
         step(model, optimizer, X, Y)
-        # flax with raw optax, one new optimizer per learning rate (adamw's state
-        # does not depend on it), carrying the state: the same trajectory.
-        raw = nnx.Optimizer(reference, optax.adamw(lr, weight_decay=1e-2), wrt=nnx.Param)
-        if carried is not None:
-            raw.opt_state, raw.step = carried
-        nnx.jit(nnx_step)(reference, raw, X, Y)
-        carried = (raw.opt_state, raw.step)
     assert traces == [1]
     assert int(optimizer.step[...]) == 3
-    assert_tree_allclose(nnx_params(model), nnx_params(reference), rtol=1e-4, atol=1e-6)
+    expected, _ = train_with_flax(LEARNING_RATES, optax.adamw, weight_decay=1e-2)
+    assert_tree_allclose(nnx_params(model), expected, rtol=1e-4, atol=1e-6)
     # A static change replaces the transformation: another program.
     optimizer.set_hyperparams(nesterov=True)
     assert optimizer.transformation.nesterov is True
     step(model, optimizer, X, Y)
     assert traces == [2]
-    with pytest.raises(ValueError, match="has no argument 'lr'"):
-        optimizer.set_hyperparams(lr=0.1)
 
 
 def test_nnx_new_optimizer_objects_reuse_the_compiled_step() -> None:
@@ -106,9 +88,15 @@ def test_nnx_new_optimizer_objects_reuse_the_compiled_step() -> None:
 
 
 def test_flax_nnx_optimizer_refuses_a_wrapped_transformation() -> None:
-    # The problem the replacement solves.
-    with pytest.raises((ValueError, TypeError)):
-        nnx.Optimizer(MLP(nnx.Rngs(0)), opx.wrap(optax.adam, 0.1), wrt=nnx.Param)
+    # The problem the replacement solves: nnx.Optimizer keeps `tx` as a static
+    # attribute and refuses a value with array leaves there; nnx.data(tx) as
+    # the argument is only a marker for an attribute assignment, not a
+    # transformation.
+    model = MLP(nnx.Rngs(0))
+    with pytest.raises(ValueError, match="static attribute 'tx'"):
+        nnx.Optimizer(model, opx.wrap(optax.adam, 0.05), wrt=nnx.Param)
+    with pytest.raises(TypeError):
+        nnx.Optimizer(model, nnx.data(opx.wrap(optax.adam, 0.05)), wrt=nnx.Param)
 
 
 def test_model_and_optimizer_takes_a_wrapped_transformation_as_the_drop_in_gives_it() -> None:
@@ -146,63 +134,106 @@ def test_nnx_optimizer_with_a_plain_transformation_is_flax_s() -> None:
     assert int(optimizer.step[...]) == 1
 
 
-def test_nnx_state_split_merge_and_checkpoint(tmp_path: Any) -> None:
-    pytest.importorskip("orbax.checkpoint", reason="orbax-checkpoint is a test extra")
-    model = MLP(nnx.Rngs(0))
-    optimizer = Optimizer(model, opx.wrap(optax.adam, 0.05), wrt=nnx.Param)
-    state = nnx.state(optimizer)
-    paths = key_paths(state)
+def test_nnx_state_split_and_merge_carry_the_hyperparameters() -> None:
+    # Checkpoints of nnx.state: test_flax_serialization.py (test_nnx_optimizer_round_trips).
+    optimizer = Optimizer(MLP(nnx.Rngs(0)), opx.wrap(optax.adam, 0.05), wrt=nnx.Param)
+    paths = key_paths(nnx.state(optimizer))
     assert any(p.startswith("['tx']['learning_rate']") for p in paths), paths
     graphdef, split = nnx.split(optimizer)
     merged = nnx.merge(graphdef, split)
     assert float(merged.hyperparams["learning_rate"]) == pytest.approx(0.05)
     assert float(merged.transformation.learning_rate) == pytest.approx(0.05)
 
-    step, traces = counting_jit(nnx_step, jit=nnx.jit)
-    step(model, optimizer, X, Y)
-    opx.save_checkpoint(tmp_path / "opt", nnx.state(optimizer))
-    step(model, optimizer, X, Y)  # the uninterrupted run
-    expected = nnx_params(model)
-
-    # Resume: a fresh model and optimizer, restored, then one more step.
-    resumed_model = MLP(nnx.Rngs(0))
-    resumed = Optimizer(resumed_model, opx.wrap(optax.adam, 0.05), wrt=nnx.Param)
-    step(resumed_model, resumed, X, Y)  # the same first step: params as saved
-    nnx.update(resumed, opx.restore_checkpoint(tmp_path / "opt", nnx.state(resumed)))
-    step(resumed_model, resumed, X, Y)
-    assert_tree_allclose(nnx_params(resumed_model), expected, rtol=1e-6, atol=1e-7)
-    assert traces == [1]  # restored hyperparameters keep their weak types: no retrace
-
 
 def test_nnx_without_flax_is_a_clear_import_error() -> None:
     code = "import sys; sys.modules['flax'] = None\n"
     code += "try:\n    import optax_pytree.nnx\nexcept ImportError as e:\n    print(e)"
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=os.environ
-    )
-    assert "optax_pytree.nnx needs flax" in out.stdout, out.stdout + out.stderr
+    assert "optax_pytree.nnx needs flax" in run_in_fresh_python(code)
     code = code.replace("optax_pytree.nnx", "optax_pytree.linen")
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=os.environ
-    )
-    assert "optax_pytree.linen needs flax" in out.stdout, out.stdout + out.stderr
+    assert "optax_pytree.linen needs flax" in run_in_fresh_python(code)
+
+
+# --------------------------------------------------------------------------
+# flax.nnx: wrapped objects in flax's own nnx.Optimizer and in nnx modules.
+
+with_state = opx.wrap_transformation_as_pytree_with_state
+# nnx.as_pure came with flax 0.12.7 (nnx.data with 0.11), which needs Python >= 3.11.
+needs_nnx = pytest.mark.skipif(
+    not hasattr(nnx, "as_pure"), reason="needs flax>=0.12.7 (nnx.as_pure, nnx.data), on Python>=3.11"
+)
+# Two steps at each learning rate.
+TWICE = [lr for lr in LEARNING_RATES for _ in range(2)]
+
+
+@needs_nnx
+def test_nnx_stateful_optimizer_as_an_argument_of_nnx_jit() -> None:
+    model = MLP(nnx.Rngs(0))
+    opt = with_state(optax.adam, learning_rate=LEARNING_RATES[0]).init(nnx_params(model))
+
+    def train_step(model: Any, opt: Any, x: Any, y: Any) -> Any:
+        loss, grads = nnx.value_and_grad(nnx_loss)(model, x, y)
+        params, opt = opt.apply_gradients(nnx.as_pure(grads), nnx_params(model))
+        nnx.update(model, params)
+        return loss, opt
+
+    train_step, traces = counting_jit(train_step, jit=nnx.jit)
+
+    for lr in LEARNING_RATES:
+        opt = opt.replace(learning_rate=lr)
+        for _ in range(2):
+            _, opt = train_step(model, opt, X, Y)
+    assert traces == [1]
+    assert int(opt.state[0].count) == 6
+    assert_tree_allclose(nnx_params(model), train_with_flax(TWICE)[0], rtol=1e-4, atol=1e-5)
+
+
+@needs_nnx
+def test_nnx_stateful_optimizer_held_as_nnx_data() -> None:
+    class Trainer(nnx.Module):
+        def __init__(self, model: Any, opt: Any):
+            self.model = model
+            # nnx.data: the optimizer's arrays are nnx state, not static config.
+            self.opt = nnx.data(opt.init(nnx_params(model)))
+
+    trainer = Trainer(MLP(nnx.Rngs(0)), with_state(optax.adam, learning_rate=LEARNING_RATES[0]))
+
+    def train_step(trainer: Any, x: Any, y: Any) -> Any:
+        loss, grads = nnx.value_and_grad(nnx_loss)(trainer.model, x, y)
+        params, trainer.opt = trainer.opt.apply_gradients(nnx.as_pure(grads), nnx_params(trainer.model))
+        nnx.update(trainer.model, params)
+        return loss
+
+    train_step, traces = counting_jit(train_step, jit=nnx.jit)
+
+    for lr in LEARNING_RATES:
+        trainer.opt = trainer.opt.replace(learning_rate=lr)
+        for _ in range(2):
+            train_step(trainer, X, Y)
+    assert traces == [1]
+    assert int(trainer.opt.state[0].count) == 6
+    assert float(trainer.opt.learning_rate) == pytest.approx(LEARNING_RATES[-1])
+    assert_tree_allclose(nnx_params(trainer.model), train_with_flax(TWICE)[0], rtol=1e-4, atol=1e-5)
+
+
+@needs_nnx
+def test_nnx_optimizer_with_its_tx_made_nnx_data() -> None:
+    model = MLP(nnx.Rngs(0))
+    tx = opx.wrap(optax.adam, learning_rate=LEARNING_RATES[0])
+    optimizer = nnx.Optimizer(model, tx.build(), wrt=nnx.Param)  # the same state as tx's
+    optimizer.tx = nnx.data(tx)  # the hyperparameters become nnx data: dynamic under nnx.jit
+    step, traces = counting_jit(nnx_step, jit=nnx.jit)
+
+    for lr in LEARNING_RATES:
+        optimizer.tx = optimizer.tx.replace(learning_rate=lr)
+        for _ in range(2):
+            step(model, optimizer, X, Y)
+    assert traces == [1]
+    assert int(optimizer.step[...]) == 6
+    assert_tree_allclose(nnx_params(model), train_with_flax(TWICE)[0], rtol=1e-4, atol=1e-5)
 
 
 # --------------------------------------------------------------------------
 # flax.linen
-
-
-def linen_state(cls: Any, tx: Any) -> Any:
-    model = linen.Dense(1)
-    params = model.init(jax.random.key(0), X)["params"]
-    return cls.create(apply_fn=model.apply, params=params, tx=tx)
-
-
-def linen_step(state: Any, x: jax.Array, y: jax.Array) -> Any:
-    def loss(params: Any) -> jax.Array:
-        return jnp.mean((state.apply_fn({"params": params}, x) - y) ** 2)
-
-    return state.apply_gradients(grads=jax.grad(loss)(state.params))
 
 
 def test_linen_train_state_keeps_hyperparameters_dynamic_and_equals_flax() -> None:
@@ -225,10 +256,6 @@ def test_flax_train_state_treats_the_optimizer_as_static() -> None:
     for lr in LEARNING_RATES:
         step(linen_state(train_state.TrainState, opx.wrap(optax.adam, lr)), X, Y)
     assert traces == [3]
-
-
-def key_paths(tree: Any) -> list[str]:
-    return [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(tree)[0]]
 
 
 def test_linen_train_state_with_a_plain_transformation_is_flax_s() -> None:
@@ -428,11 +455,7 @@ class PooledMLP(MLP):
 
 def _train_alone(lr: float, steps: int) -> Any:
     """One learning rate with flax and raw optax: the reference of a sweep."""
-    model = PooledMLP(nnx.Rngs(0))
-    optimizer = nnx.Optimizer(model, optax.adam(lr), wrt=nnx.Param)
-    step = nnx.jit(nnx_step)
-    losses = [step(model, optimizer, X, Y) for _ in range(steps)]
-    return nnx_params(model), jnp.stack(losses)
+    return train_with_flax([lr] * steps, model=PooledMLP(nnx.Rngs(0)))
 
 
 def test_nnx_sweep_compiles_once_with_one_model_reset_between_values() -> None:

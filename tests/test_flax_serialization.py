@@ -20,20 +20,18 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from helpers import FLAX_X, FLAX_Y, assert_tree_allclose, counting_jit
+from helpers import assert_tree_allclose, counting_jit
 
 import optax_pytree as opx
 
 nnx = pytest.importorskip("flax.nnx", reason="flax is an optional dependency")
-linen = pytest.importorskip("flax.linen", reason="flax is an optional dependency")
 ocp = pytest.importorskip("orbax.checkpoint", reason="orbax-checkpoint is a test extra")
 from flax import serialization  # noqa: E402
 from flax.training import checkpoints  # noqa: E402
+from flax_helpers import MLP, X, Y, linen_state, linen_step, nnx_step  # noqa: E402
 
 from optax_pytree.linen import TrainState  # noqa: E402
 from optax_pytree.nnx import Optimizer  # noqa: E402
-
-X, Y = FLAX_X, FLAX_Y
 
 
 def make_tx(lr: float) -> Any:
@@ -211,17 +209,8 @@ def test_other_named_tuples_are_flax_s() -> None:
 # flax.linen: TrainState.
 
 
-LINEN_MODEL = linen.Dense(1)  # one apply_fn: part of the treedef, as in flax
-
-
 def linen_holder(lr: float) -> Any:
-    params = LINEN_MODEL.init(jax.random.key(0), X)["params"]
-    return TrainState.create(apply_fn=LINEN_MODEL.apply, params=params, tx=make_tx(lr))
-
-
-def linen_step(state: Any) -> Any:
-    grads = jax.grad(lambda p: jnp.mean((state.apply_fn({"params": p}, X) - Y) ** 2))(state.params)
-    return state.apply_gradients(grads=grads)
+    return linen_state(TrainState, make_tx(lr))
 
 
 @pytest.mark.parametrize("round_trip", list(ROUND_TRIPS))
@@ -231,18 +220,6 @@ def test_linen_train_state_round_trips(round_trip: str, tmp_path: Any) -> None:
 
 # --------------------------------------------------------------------------
 # flax.nnx: Optimizer, through nnx.state.
-
-
-class Model(nnx.Module):
-    def __init__(self, rngs: Any):
-        self.linear = nnx.Linear(2, 1, rngs=rngs)
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        return self.linear(x)
-
-
-def nnx_step(model: Any, optimizer: Any) -> None:
-    optimizer.update(model, nnx.grad(lambda m: jnp.mean((m(X) - Y) ** 2))(model))
 
 
 def _replaced(state: Any, pure: dict[str, Any]) -> Any:
@@ -281,7 +258,7 @@ def test_nnx_optimizer_round_trips(method: str, tmp_path: Any) -> None:
     step, traces = counting_jit(nnx_step, jit=nnx.jit)
 
     def make(lr: float) -> tuple[Any, Any]:
-        model = Model(nnx.Rngs(0))
+        model = MLP(nnx.Rngs(0))
         return model, Optimizer(model, make_tx(lr), wrt=nnx.Param)
 
     model, optimizer = make(0.05)

@@ -11,8 +11,6 @@ wrong branch.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import warnings
 from typing import Any
 
@@ -23,7 +21,18 @@ import numpy as np
 import optax
 import optax.contrib
 import pytest
-from helpers import PARAMS, assert_jit_bit_for_bit, assert_tree_allclose, counting_jit, loss, run_steps
+from helpers import (
+    PARAMS,
+    assert_jit_bit_for_bit,
+    assert_tree_allclose,
+    counting_jit,
+    loss,
+    needs_params_x,
+    raw,
+    run_in_fresh_python,
+    run_steps,
+    wrapped,
+)
 
 import optax_pytree as opx
 import optax_pytree.optax as dropin
@@ -39,14 +48,6 @@ def raw_train(tx: Any, params: Any = PARAMS, steps: int = 6) -> Any:
 
 def warmup_cosine(w: Any, peak: float, warmup: int = 2, decay: int = 10) -> Any:
     return w(optax.warmup_cosine_decay_schedule, 0.0, peak, warmup, decay, end_value=1e-3)
-
-
-def wrapped(f: Any, *args: Any, **kwargs: Any) -> Any:
-    return opx.wrap(f, *args, **kwargs)
-
-
-def raw(f: Any, *args: Any, **kwargs: Any) -> Any:
-    return f(*args, **kwargs)
 
 
 # --------------------------------------------------------------------------
@@ -311,21 +312,8 @@ def test_extra_update_arguments_reach_the_inner_transformation() -> None:
     assert_tree_allclose(got, expected)
 
 
-def needs_x(n: int) -> optax.GradientTransformation:
-    """Needs params["x"]: the probe's stand-in parameters cannot run it."""
-
-    def init(params: Any) -> Any:
-        return {"count": jnp.zeros((), jnp.int32), "x": params["x"] * n}
-
-    def update(updates: Any, state: Any, params: Any = None) -> Any:
-        del params
-        return updates, state
-
-    return optax.GradientTransformation(init, update)
-
-
 def test_undecided_configuration_names_its_dynamic_arguments_on_any_failure() -> None:
-    tx = opx.wrap(needs_x, 3)
+    tx = opx.wrap(needs_params_x, 3)
     assert tx._core.spec.undecided
     with pytest.raises(TypeError, match=r"argument 'n' was not checked.*static_argnames=\('n',\)") as info:
         jax.jit(lambda tx, p: tx.init(p))(tx, {"y": jnp.ones(2)})  # a KeyError, not a tracer error
@@ -432,13 +420,7 @@ def test_deprecated_factory_warns_once_per_call_never_from_init_or_update() -> N
 
 
 def test_importing_the_drop_in_warns_nothing() -> None:
-    result = subprocess.run(
-        [sys.executable, "-W", "error::DeprecationWarning", "-c", "import optax_pytree.optax"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
+    run_in_fresh_python("import optax_pytree.optax", timeout=120, PYTHONWARNINGS="error::DeprecationWarning")
 
 
 def test_grad_with_respect_to_a_guarded_peak_learning_rate() -> None:

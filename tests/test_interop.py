@@ -1,4 +1,4 @@
-"""Wrapped objects where optax, flax.nnx, equinox and sharded ``jit`` expect optimizers."""
+"""Wrapped objects where optax, equinox and sharded ``jit`` expect optimizers (flax: test_flax.py)."""
 
 from __future__ import annotations
 
@@ -94,139 +94,11 @@ def test_optax_apply_updates_and_apply_if_finite() -> None:
 
 
 # --------------------------------------------------------------------------
-# flax.nnx
-
-
-def _flax_nnx() -> Any:
-    """``flax.nnx``, or None: a test extra, whose absence skips its tests only (not the module's)."""
-    try:
-        from flax import nnx
-    except ImportError:
-        return None
-    return nnx
-
-
-nnx = _flax_nnx()
-# nnx.as_pure came with flax 0.12.7 (nnx.data with 0.11), which needs Python >= 3.11.
-needs_nnx = pytest.mark.skipif(
-    not hasattr(nnx, "as_pure"), reason="needs flax>=0.12.7 (nnx.as_pure, nnx.data), on Python>=3.11"
-)
+# equinox
 
 X = jnp.linspace(-1.0, 1.0, 24).reshape(8, 3)
 Y = jnp.stack([jnp.sin(X.sum(axis=1)), jnp.cos(X[:, 0])], axis=1)
 LRS = (0.05, 0.02, 0.005)
-
-
-def _nnx_model() -> Any:
-    return nnx.Sequential(nnx.Linear(3, 8, rngs=nnx.Rngs(0)), nnx.tanh, nnx.Linear(8, 2, rngs=nnx.Rngs(1)))
-
-
-def _nnx_loss(model: Any, x: Any, y: Any) -> Any:
-    return jnp.mean((model(x) - y) ** 2)
-
-
-def _nnx_reference() -> Any:
-    """Two steps at each of LRS with raw optax.adam, functionally."""
-    graphdef, params, rest = nnx.split(_nnx_model(), nnx.Param, ...)
-    params = nnx.as_pure(params)
-
-    def f(params: Any) -> Any:
-        return _nnx_loss(nnx.merge(graphdef, params, rest), X, Y)
-
-    return raw_adam([lr for lr in LRS for _ in range(2)], params, f)
-
-
-def _nnx_params(model: Any) -> Any:
-    return nnx.as_pure(nnx.state(model, nnx.Param))
-
-
-@needs_nnx
-def test_nnx_stateful_optimizer_as_an_argument_of_nnx_jit() -> None:
-    model = _nnx_model()
-    opt = with_state(optax.adam, learning_rate=LRS[0]).init(_nnx_params(model))
-
-    def train_step(model: Any, opt: Any, x: Any, y: Any) -> Any:
-        loss, grads = nnx.value_and_grad(_nnx_loss)(model, x, y)
-        params, opt = opt.apply_gradients(nnx.as_pure(grads), _nnx_params(model))
-        nnx.update(model, params)
-        return loss, opt
-
-    train_step, traces = counting_jit(train_step, jit=nnx.jit)
-
-    for lr in LRS:
-        opt = opt.replace(learning_rate=lr)
-        for _ in range(2):
-            _, opt = train_step(model, opt, X, Y)
-    assert traces == [1]
-    assert int(opt.state[0].count) == 6
-    assert_tree_allclose(_nnx_params(model), _nnx_reference(), rtol=1e-4, atol=1e-5)
-
-
-@needs_nnx
-def test_nnx_stateful_optimizer_held_as_nnx_data() -> None:
-    class Trainer(nnx.Module):
-        def __init__(self, model: Any, opt: Any):
-            self.model = model
-            # nnx.data: the optimizer's arrays are nnx state, not static config.
-            self.opt = nnx.data(opt.init(_nnx_params(model)))
-
-    trainer = Trainer(_nnx_model(), with_state(optax.adam, learning_rate=LRS[0]))
-
-    def train_step(trainer: Any, x: Any, y: Any) -> Any:
-        loss, grads = nnx.value_and_grad(_nnx_loss)(trainer.model, x, y)
-        params, trainer.opt = trainer.opt.apply_gradients(nnx.as_pure(grads), _nnx_params(trainer.model))
-        nnx.update(trainer.model, params)
-        return loss
-
-    train_step, traces = counting_jit(train_step, jit=nnx.jit)
-
-    for lr in LRS:
-        trainer.opt = trainer.opt.replace(learning_rate=lr)
-        for _ in range(2):
-            train_step(trainer, X, Y)
-    assert traces == [1]
-    assert int(trainer.opt.state[0].count) == 6
-    assert float(trainer.opt.learning_rate) == pytest.approx(LRS[-1])
-    assert_tree_allclose(_nnx_params(trainer.model), _nnx_reference(), rtol=1e-4, atol=1e-5)
-
-
-@needs_nnx
-def test_nnx_optimizer_with_its_tx_made_nnx_data() -> None:
-    model = _nnx_model()
-    tx = opx.wrap(optax.adam, learning_rate=LRS[0])
-    optimizer = nnx.Optimizer(model, tx.build(), wrt=nnx.Param)  # the same state as tx's
-    optimizer.tx = nnx.data(tx)  # the hyperparameters become nnx data: dynamic under nnx.jit
-
-    def train_step(model: Any, optimizer: Any, x: Any, y: Any) -> Any:
-        loss, grads = nnx.value_and_grad(_nnx_loss)(model, x, y)
-        optimizer.update(model, grads)
-        return loss
-
-    train_step, traces = counting_jit(train_step, jit=nnx.jit)
-
-    for lr in LRS:
-        optimizer.tx = optimizer.tx.replace(learning_rate=lr)
-        for _ in range(2):
-            train_step(model, optimizer, X, Y)
-    assert traces == [1]
-    assert int(optimizer.step[...]) == 6
-    assert_tree_allclose(_nnx_params(model), _nnx_reference(), rtol=1e-4, atol=1e-5)
-
-
-@needs_nnx
-def test_nnx_optimizer_refuses_a_wrapped_tx_as_static() -> None:
-    # What does not work: nnx.Optimizer keeps `tx` as a static attribute and
-    # refuses a value with array leaves there; nnx.data(tx) as the argument
-    # is only a marker for an attribute assignment, not a transformation.
-    model = _nnx_model()
-    with pytest.raises(ValueError, match="static attribute 'tx'"):
-        nnx.Optimizer(model, opx.wrap(optax.adam, 0.05), wrt=nnx.Param)
-    with pytest.raises(TypeError):
-        nnx.Optimizer(model, nnx.data(opx.wrap(optax.adam, 0.05)), wrt=nnx.Param)
-
-
-# --------------------------------------------------------------------------
-# equinox
 
 
 class _EqxTrainState(eqx.Module):

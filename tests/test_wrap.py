@@ -14,7 +14,17 @@ import numpy as np
 import optax
 import optax.contrib
 import pytest
-from helpers import PARAMS, assert_tree_allclose, counting_jit, loss, raw, raw_adam, run_steps, version
+from helpers import (
+    PARAMS,
+    assert_tree_allclose,
+    counting_jit,
+    loss,
+    needs_params_x,
+    raw,
+    raw_adam,
+    run_steps,
+    version,
+)
 
 import optax_pytree as opx
 from optax_pytree import _detect, _wrap
@@ -465,25 +475,13 @@ def test_dynamic_argnames_turns_detection_off_and_trace_time_error_names_it() ->
     assert opx.wrap(optax.lbfgs).detected_static_argnames == ("memory_size",)
 
 
-def needs_a_structure(n: int) -> optax.GradientTransformation:
-    """Needs params["x"]: the probe's stand-in parameters cannot run it."""
-
-    def init(params: Any) -> Any:
-        return jnp.zeros((n,)) + params["x"].sum()
-
-    def update(updates: Any, state: Any, params: Any = None) -> Any:
-        return updates, state
-
-    return optax.GradientTransformation(init, update)
-
-
 def test_undetectable_static_argument_is_named_at_trace_time() -> None:
-    tx = opx.wrap(needs_a_structure, 3)
+    tx = opx.wrap(needs_params_x, 3)
     assert tx.detected_static_argnames == ()
     params = {"x": jnp.ones(2)}
     with pytest.raises(TypeError, match=r"argument 'n' is dynamic.*static_argnames=\('n',\)"):
         jax.jit(lambda tx, p: tx.init(p))(tx, params)
-    fixed = opx.wrap(needs_a_structure, 3, static_argnames="n")
+    fixed = opx.wrap(needs_params_x, 3, static_argnames="n")
     assert jax.jit(lambda tx, p: tx.init(p))(fixed, params).shape == (3,)
 
 
