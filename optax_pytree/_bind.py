@@ -69,6 +69,22 @@ def is_plain_transformation(x: Any) -> bool:
     )
 
 
+def which(names: Iterable[str]) -> str:
+    """``argument 'b1'`` or ``arguments ['b1', 'b2']``: arguments named in a message."""
+    names = sorted(names)
+    return f"argument {names[0]!r}" if len(names) == 1 else f"arguments {names}"
+
+
+def mark_static(factory: str, names: Iterable[str]) -> str:
+    """The advice every message gives for an argument that must be static: one wording, runnable."""
+    names = sorted(names)
+    listed = ", ".join(repr(n) for n in names) + ("," if len(names) == 1 else "")
+    return (
+        f"mark {'it' if len(names) == 1 else 'them'} static: optax_pytree.wrap({factory}, ..., "
+        f"static_argnames=({listed})), or pass the value as optax_pytree.static(value)"
+    )
+
+
 HOW_TO_WRAP = (
     "pass the factory and its arguments instead, e.g. opx.wrap(optax.adam, learning_rate=1e-3) "
     "for optax.adam(1e-3), or use the drop-in `import optax_pytree.optax as optax`"

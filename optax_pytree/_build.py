@@ -146,26 +146,15 @@ def _call(spec: Spec, leaves: tuple[Any, ...], exact: Any = None) -> tuple[Any, 
 
 
 def _check(spec: Spec, host: dict[str, Any]) -> None:
-    bad = _checks.mismatches(spec.guards, host)
-    if not bad:
-        return
-    key, recorded, got = bad[0]
-    names = sorted(_expr.key_names(key))
-    shown = ", ".join(f"{n}={_short(host[n])}" for n in names)
-    raise ValueError(
-        f"{spec.info.name}: {shown} takes another branch of the factory than this object was made "
-        f"for ({_expr.key_text(key)} is {_short(got)} for it, {recorded} when it was made): its "
-        "leaves were changed without re-making it (jax.tree.map, tree_unflatten, ...). Change "
-        "hyperparameters with replace(), which re-checks them, or mark the argument static"
+    _checks.check(
+        spec.info.name,
+        spec.guards,
+        host,
+        lambda n: _checks.value_text(host[n]),
+        "this object was made for",
+        "its leaves were changed without re-making it (jax.tree.map, tree_unflatten, ...): change "
+        "hyperparameters with replace(), which re-checks them",
     )
-
-
-def _short(x: Any) -> str:
-    try:
-        a = np.asarray(x)
-        return repr(a[()].item()) if a.ndim == 0 else f"array{a.tolist()!r}"[:80]
-    except Exception:  # noqa: BLE001 - only for a message
-        return repr(x)
 
 
 def build(spec: Spec, leaves: tuple[Any, ...], exact: Any = None) -> Any:
@@ -258,12 +247,9 @@ def raise_traced_failure(e: Exception, spec: Spec, leaves: tuple[Any, ...], wher
     else:
         return
     which = f"argument {culprits[0]!r}" if len(culprits) == 1 else f"one of the arguments {culprits}"
-    hint = ", ".join(repr(n) for n in culprits) + ("," if len(culprits) == 1 else "")
     raise TypeError(
         f"{spec.info.name}: {which} {why} ({where} failed: {type(e).__name__}: {first_line(text)}). "
-        f"Automatic static detection {detection}; mark it static: "
-        f"optax_pytree.wrap({spec.info.name}, ..., static_argnames=({hint})), or pass the value "
-        "as optax_pytree.static(value)."
+        f"Automatic static detection {detection}; {_bind.mark_static(spec.info.name, culprits[:1])}."
     ) from e
 
 

@@ -20,7 +20,20 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._expr import ARG, COMPARE, CONST, REFLECTED, Fits, Key, Truth, compile_expr, key_exprs
+from ._bind import mark_static
+from ._expr import (
+    ARG,
+    COMPARE,
+    CONST,
+    REFLECTED,
+    Fits,
+    Key,
+    Truth,
+    compile_expr,
+    key_exprs,
+    key_names,
+    key_text,
+)
 from ._leaves import is_integer
 
 
@@ -111,6 +124,41 @@ def checker(guards: tuple[tuple[Key, bool], ...]) -> Checker:
 def mismatches(guards: Iterable[tuple[Key, bool]], env: Mapping[str, Any]) -> list[tuple[Key, bool, Any]]:
     """The guards whose outcome for ``env`` is not the recorded one: (key, recorded, got)."""
     return checker(tuple(guards)).mismatches(env)
+
+
+def check(
+    factory: str,
+    guards: Iterable[tuple[Key, bool]],
+    host: Mapping[str, Any],
+    show: Callable[[str], str],
+    against: str,
+    fix: str,
+) -> None:
+    """Raises the off-branch error if the values in ``host`` break a guard: one wording.
+
+    ``show(name)``: how a value is shown; ``against``: what the branch was
+    taken for (``"the value given"``, ``"this object was made for"``);
+    ``fix``: what to do.
+    """
+    bad = mismatches(guards, host)
+    if not bad:
+        return
+    key, recorded, got = bad[0]
+    names = sorted(key_names(key))
+    raise ValueError(
+        f"{factory}: {', '.join(f'{n}={show(n)}' for n in names)} takes another branch of the "
+        f"factory than {against} ({key_text(key)} is {value_text(got)} for it, {recorded} there); {fix}; "
+        f"or {mark_static(factory, names)}"
+    )
+
+
+def value_text(x: Any) -> str:
+    """A concrete value as a message shows it (a scalar's Python repr, a short array)."""
+    try:
+        a = np.asarray(x)
+        return repr(a[()].item()) if a.ndim == 0 else f"array{a.tolist()!r}"[:80]
+    except Exception:  # noqa: BLE001 - only for a message
+        return repr(x)
 
 
 def traced_ok(guards: Iterable[tuple[Key, bool]], env: Mapping[str, Any]) -> Any:

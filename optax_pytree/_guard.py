@@ -62,6 +62,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._bind import mark_static, which
 from ._expr import (
     BINARY,
     COMPARE,
@@ -139,10 +140,10 @@ class Context:
             if pyval is None:
                 names = sorted(key_names(key))
                 raise GuardError(
-                    f"{self.factory} compares {_which(names)} in Python ({key_text(key)}) and "
+                    f"{self.factory} compares {which(names)} in Python ({key_text(key)}) and "
                     "it is a traced value here, so the branch cannot be decided; wrap it outside "
                     "of jit and pass the wrapped object in, replace() it on an object wrapped "
-                    "outside of jit, or mark it static"
+                    f"outside of jit, or {mark_static(self.factory, names)}"
                 )
             result = bool(pyval)
             if self.phase is Phase.CALL and key not in self.recorded:
@@ -155,10 +156,9 @@ class Context:
                 return bool(pyval)
             names = sorted(key_names(key))
             raise GuardError(
-                f"{self.factory} compared {_which(names)} in Python ({key_text(key)}) in a way "
-                "not seen when it was wrapped, and the value is traced here; mark "
-                f"{'it' if len(names) == 1 else 'them'} static: "
-                f"static_argnames=({', '.join(repr(n) for n in names)},)"
+                f"{self.factory} compared {which(names)} in Python ({key_text(key)}) in a way "
+                "not seen when it was wrapped, and the value is traced here; "
+                + mark_static(self.factory, names)
             )
         return found
 
@@ -168,13 +168,9 @@ class Context:
             self.needs.append((names, self.phase))
             return pyval
         raise GuardError(
-            f"{self.factory} needs {_which(sorted(names))} as a concrete Python value ({what}); "
-            "mark it static"
+            f"{self.factory} needs {which(names)} as a concrete Python value ({what}); "
+            f"{mark_static(self.factory, names)}"
         )
-
-
-def _which(names: list[str]) -> str:
-    return f"argument {names[0]!r}" if len(names) == 1 else f"arguments {names}"
 
 
 def _is_number(x: Any) -> bool:

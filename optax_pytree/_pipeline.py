@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from . import _build, _checks, _detect, _expr, _leaves, _spec, _verify
+from . import _bind, _build, _checks, _detect, _expr, _leaves, _spec, _verify
 from ._bind import FactoryInfo, is_wrapped
 from ._classify import Classified, Options, classify
 from ._detect import Analysis
@@ -148,7 +148,7 @@ def _analyse(info: FactoryInfo, classified: Classified, base: dict[str, Any], ki
                 f"{info.name}: the wrapped build computes other numbers than the factory with the "
                 f"same values ({found}), "
                 + (
-                    f"because of {_which(forced)} forced dynamic; let it be static"
+                    f"because of {_bind.which(forced)} forced dynamic; let it be static"
                     if forced
                     else "even with every numeric argument static: it is not a pure function of "
                     "its arguments (wrapped factories must be, as for optax.inject_hyperparams)"
@@ -167,10 +167,6 @@ def _analyse(info: FactoryInfo, classified: Classified, base: dict[str, Any], ki
 
 
 _FAILS = "it fails: "
-
-
-def _which(names: list[str]) -> str:
-    return f"argument {names[0]!r}" if len(names) == 1 else f"arguments {names}"
 
 
 def _difference(
@@ -313,16 +309,14 @@ def _check_leaves(info: FactoryInfo, classified: Classified, analysis: Analysis)
     if any(_leaves.is_tracer(v) for v in guarded.values()):
         return
     host = {n: _leaves.value_as_leaf(v) for n, v in guarded.items()}
-    bad = _checks.mismatches(analysis.guards, host)
-    if bad:
-        key, recorded, _ = bad[0]
-        names = sorted(_expr.key_names(key))
-        shown = ", ".join(f"{n}={values[n]!r} (as a leaf: {host[n]!r})" for n in names)
-        raise ValueError(
-            f"{info.name}: {shown}: the leaf's value takes another branch of the factory than the "
-            f"value given ({_expr.key_text(key)} is {recorded} for the value given); pass it as "
-            "an array of the precision you need, or mark it static"
-        )
+    _checks.check(
+        info.name,
+        analysis.guards,
+        host,
+        lambda n: f"{values[n]!r} (as a leaf: {host[n]!r})",
+        "the value given",
+        "pass it as an array of the precision you need",
+    )
 
 
 def make(
