@@ -16,12 +16,14 @@ quietly.
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
-import threading
 import typing
 import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
+
+from ._caches import cache
 
 _EMPTY = inspect.Parameter.empty
 MARK = "__optax_pytree_factory__"  # set by @pytree_transformation on its result
@@ -253,15 +255,16 @@ class FactoryInfo:
         return self.factory(*args, **kwargs)
 
 
-_INFO_LOCK = threading.Lock()
-_INFOS: dict[Any, FactoryInfo] = {}
+_INFOS = cache("factory -> its FactoryInfo (signature, public name)", 4096)
 
 
 def factory_info(factory: Any) -> FactoryInfo:
     try:
-        return _INFOS[factory]
-    except (KeyError, TypeError):
-        pass
+        found = _INFOS.get(factory)
+    except TypeError:  # an unhashable callable: not cached
+        found = None
+    if found is not None:
+        return found
     if is_plain_transformation(factory):
         raise TypeError(
             "optax_pytree.wrap: got a plain optax transformation (what a factory returns, such as "
@@ -273,15 +276,10 @@ def factory_info(factory: Any) -> FactoryInfo:
     inner = getattr(factory, MARK, factory)
     info = FactoryInfo(factory, inner)
     try:
-        with _INFO_LOCK:
-            _INFOS[factory] = info
-    except TypeError:  # unhashable callable: no cache
+        _INFOS.set(factory, info)
+    except TypeError:  # an unhashable callable: not cached
         pass
     return info
-
-
-def clear() -> None:
-    _INFOS.clear()
 
 
 # --------------------------------------------------------------------------
@@ -297,3 +295,38 @@ def call_quietly(info: FactoryInfo, values: dict[str, Any]) -> Any:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return info.call(values)
+
+
+# --------------------------------------------------------------------------
+# Pickling a factory: by its public name where it has one.
+
+
+class FactoryRef:
+    """Pickles a factory by module and name, decorated or not."""
+
+    def __init__(self, factory: Any):
+        self.factory = factory
+
+    def __reduce__(self) -> Any:
+        f = self.factory
+        public = optax_name(f)
+        if public is not None:  # optax.nadam is a functools.partial: by its name
+            module_name, _, name = public.rpartition(".")
+            return (resolve_factory, (module_name, name))
+        module, qualname = getattr(f, "__module__", None), getattr(f, "__qualname__", None)
+        if module and qualname and "<locals>" not in qualname:
+            return (resolve_factory, (module, qualname))
+        return (identity, (f,))
+
+
+def identity(x: Any) -> Any:
+    """``x``: what a pickled FactoryRef of an unnamed factory loads."""
+    return x
+
+
+def resolve_factory(module: str, qualname: str) -> Any:
+    """The object named ``qualname`` in ``module`` (what a pickled FactoryRef loads)."""
+    obj: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj

@@ -21,6 +21,7 @@ import optax
 
 from . import _bind, _checks, _detach, _expr, _guard, _leaves
 from ._bind import is_wrapped
+from ._caches import cache
 from ._detect import as_transformation
 from ._spec import Spec
 from ._vocabulary import Kind, Phase, Role
@@ -95,15 +96,12 @@ def carried(spec: Spec, leaves: tuple[Any, ...], exact: Any) -> dict[Any, tuple[
     values = _leaves.exact_values(tuple(_as_array(x) for x in exact), spec.carried_dtypes)
     out = {expr: (_weak_scalar(x), ok) for expr, x in zip(spec.carried, values)}
     if ok is True or ok is False:  # concrete
-        if len(_CARRIED) >= 1024:
-            _CARRIED.clear()
-        _CARRIED[key] = (leaves, exact, out)
+        _CARRIED.set(key, (leaves, exact, out))
     return out
 
 
-# (id(leaves), id(exact)) -> (leaves, exact, carried): the entries keep their
-# keys' objects alive, so an id is not reused while it is a key.
-_CARRIED: dict[tuple[int, int], tuple[Any, Any, dict[Any, tuple[Any, Any]]]] = {}
+# The entries keep their keys' objects alive, so an id is not reused while it is a key.
+_CARRIED = cache("(id(leaves), id(exact)) -> (leaves, exact, carried host values)", 1024)
 
 
 def _weak_scalar(x: Any) -> Any:

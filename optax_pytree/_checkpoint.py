@@ -24,6 +24,7 @@ import numpy as np
 from . import _leaves
 from ._bind import is_wrapped, public_name
 from ._stateful import PyTreeTransformationWithState
+from ._tree import spec_of
 from ._vocabulary import Role
 
 __all__ = ["checkpoint_signature", "restore_checkpoint", "save_checkpoint"]
@@ -87,7 +88,7 @@ def _render(value: Any) -> str:
 def _describe_node(x: Any) -> str:
     if isinstance(x, PyTreeTransformationWithState):
         return "with_state(initialized)" if x.initialized else "with_state(uninitialized)"
-    spec = x._core.spec  # pyright: ignore[reportPrivateUsage]
+    spec = spec_of(x)
     parts = []
     for name, role in spec.roles.items():
         if role == Role.STATIC:

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._bind import mark_static
+from ._caches import cache
 from ._expr import (
     ARG,
     COMPARE,
@@ -108,16 +109,15 @@ class Checker:
         return out
 
 
-_CHECKERS: dict[Any, Checker] = {}
+_CHECKERS = cache("a branch's guards -> their Checker", 4096)
 
 
 def checker(guards: tuple[tuple[Key, bool], ...]) -> Checker:
     """The compiled guards of one branch (cached)."""
     found = _CHECKERS.get(guards)
     if found is None:
-        if len(_CHECKERS) > 4096:
-            _CHECKERS.clear()
-        found = _CHECKERS[guards] = Checker(guards)
+        found = Checker(guards)
+        _CHECKERS.set(guards, found)
     return found
 
 

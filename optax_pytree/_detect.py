@@ -66,12 +66,12 @@ _LEVELS = {
 }
 
 
-def _sum_of_squares(params: Any) -> jax.Array:
+def sum_of_squares(params: Any) -> jax.Array:
     return sum((jnp.sum(x**2) for x in jax.tree_util.tree_leaves(params)), jnp.zeros(()))
 
 
 def _gradient(params: Any, i: Any = 0) -> Any:
-    """The gradient of ``_sum_of_squares``; SAM's ``grad_fn(params, i)`` in opaque mode."""
+    """The gradient of ``sum_of_squares``; SAM's ``grad_fn(params, i)`` in opaque mode."""
     del i
     return jax.tree_util.tree_map(lambda x: 2 * x, params)
 
@@ -80,14 +80,14 @@ def _extra_args(level: Level, value: Any, params: Any) -> dict[str, Any]:
     every = {
         "value": value,
         "grad": _gradient(params),
-        "value_fn": _sum_of_squares,
-        "obj_fn": _sum_of_squares,
+        "value_fn": sum_of_squares,
+        "obj_fn": sum_of_squares,
         "grad_fn": _gradient,
     }
     return {k: every[k] for k in _EXTRAS[level]}
 
 
-def _default_param_shapes() -> list[Any]:
+def default_param_shapes() -> list[Any]:
     f32 = jnp.float32
     return [
         # Ranks 1 to 4 (a bias, a dense kernel, a conv kernel): guards on a
@@ -200,7 +200,7 @@ class Probe:
         self.concrete = {n: value_as_static(v) for n, v in concrete.items()}  # candidate -> static form
         self.abstract = {n: _spec(v) for n, v in leaves.items()}  # candidate -> leaf spec
         self.pyvals = {n: value_as_given(v) for n, v in concrete.items()}
-        self.param_shapes = [*param_shapes, *_default_param_shapes()]
+        self.param_shapes = [*param_shapes, *default_param_shapes()]
         self.level: Level | None = None
         self.params: Any = None
         self.fixed: dict[str, Mode] = {}  # candidates the verification found must be static

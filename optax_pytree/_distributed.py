@@ -128,7 +128,7 @@ def _check_shares(batched: Any, positions: int, mesh: jax.sharding.Mesh, devices
     same error.
     """
     try:
-        local_n, error = _sweep._batch_size(batched, "shard_process_local"), None  # pyright: ignore[reportPrivateUsage]
+        local_n, error = _sweep.batch_size(batched, "shard_process_local"), None
     except ValueError as e:
         local_n, error = -1, e
     row = [local_n, jax.process_index(), positions, _fingerprint(batched) if error is None else -1]

@@ -15,14 +15,14 @@ far, one per branch; each analysis makes one spec.
 
 from __future__ import annotations
 
-import collections
-import threading
 from typing import Any
 
 import jax
 
-from . import _bind, _expr, _leaves, _static
+from . import _expr, _leaves, _static
 from ._bind import FactoryInfo
+from ._caches import cache
+from ._caches import clear_caches as clear_caches  # the name benchmarks/versus.py looks up
 from ._classify import Classified, Options, Template
 from ._detect import Analysis
 from ._leaves import value_as_static
@@ -30,7 +30,25 @@ from ._vocabulary import Mode, Role
 
 
 class Spec:
-    """Aux data of a wrapped object: hashable, compared by value."""
+    """Aux data of a wrapped object: hashable, compared by value (``key``).
+
+    Made once per configuration and branch, interned (:func:`spec_for`), read
+    on every flatten, rebuild and jitted call. Its fields, by what they serve:
+
+    - the key: ``key`` (what equality compares: the factory, the kind, each
+      argument's role and static value, the detected statics, the guards,
+      the modes, the carried expressions, the options) and its ``hash``;
+    - what the analysis found, for the hot path (``kind``, ``guards`` and
+      their ``outcomes``, ``tracked``, ``keep``, ``guarded``, ``detected``,
+      the ``carried`` expressions and their layout); the rest of it (its
+      modes, whether it ran ``update``) is read through ``analysis``;
+    - the configuration: ``info`` (the factory), ``names``, ``roles``,
+      ``static`` values, ``templates`` (containers of wrapped values),
+      ``options``, ``config_key`` (the analysis cache's key);
+    - the leaves' layout: ``leaf_names``, ``leaf_index``, ``keys`` (key
+      paths), ``dynamic_names`` and ``fingerprint_of`` (one dispatch for a
+      wrap from Python numbers).
+    """
 
     __slots__ = (
         "analysis",
@@ -52,7 +70,6 @@ class Spec:
         "kind",
         "leaf_index",
         "leaf_names",
-        "modes",
         "names",
         "options",
         "outcomes",
@@ -60,7 +77,6 @@ class Spec:
         "static",
         "templates",
         "tracked",
-        "undecided",
     )
 
     def __init__(
@@ -85,7 +101,6 @@ class Spec:
         self.detected = wide + analysis.static  # found static: too wide for a leaf, or needed concrete
         self.guards = analysis.guards
         self.outcomes = dict(self.guards)  # guard -> outcome, what a rebuild replays
-        self.modes = analysis.modes
         # Stand-ins in a rebuild: compared (guarded), or in carried expressions.
         self.tracked = tuple(n for n in roles if n in analysis.modes)
         compared = frozenset().union(*(_expr.key_names(k) for k, _ in self.guards))
@@ -103,7 +118,6 @@ class Spec:
             (*(d for _, d in analysis.carried), fingerprint) if self.carried else ()
         )
         self.keep = frozenset(n for n, m in analysis.modes.items() if m is Mode.GUARDED)
-        self.undecided = analysis.undecided
         self.leaf_names = tuple(n for n, r in roles.items() if r != Role.STATIC)
         self.leaf_index = {n: i for i, n in enumerate(self.leaf_names)}
         # For a wrap from Python numbers (one dispatch, _leaves.make_exact):
@@ -125,7 +139,7 @@ class Spec:
             tuple(parts),
             self.detected,
             self.guards,
-            tuple(sorted(self.modes.items())),
+            tuple(sorted(analysis.modes.items())),
             self.carried,
             options.key(),
         )
@@ -142,50 +156,18 @@ class Spec:
     def __repr__(self) -> str:
         return f"<spec of {self.info.name}: dynamic={list(self.leaf_names)}>"
 
+    @property
+    def undecided(self) -> bool:
+        """The probe could not run init/update: a failure at trace time names the dynamic arguments."""
+        return self.analysis.undecided
+
     def guard_text(self) -> tuple[str, ...]:
         return _expr.describe(self.guards)
 
 
-class LRU:
-    """A small thread-safe LRU map."""
-
-    def __init__(self, maxsize: int):
-        self.maxsize = maxsize
-        self.data: collections.OrderedDict[Any, Any] = collections.OrderedDict()
-        self.lock = threading.Lock()
-
-    def get(self, key: Any) -> Any:
-        with self.lock:
-            try:
-                self.data.move_to_end(key)
-                return self.data[key]
-            except KeyError:
-                return None
-
-    def setdefault(self, key: Any, value: Any) -> Any:
-        with self.lock:
-            value = self.data.setdefault(key, value)
-            self._keep(key)
-            return value
-
-    def set(self, key: Any, value: Any) -> None:
-        with self.lock:
-            self.data[key] = value
-            self._keep(key)
-
-    def _keep(self, key: Any) -> None:
-        self.data.move_to_end(key)
-        while len(self.data) > self.maxsize:
-            self.data.popitem(last=False)
-
-    def clear(self) -> None:
-        with self.lock:
-            self.data.clear()
-
-
-_ANALYSES = LRU(4096)  # configuration key -> [Analysis, ...], one per branch seen
-_SPECS = LRU(4096)  # interned specs: equal specs are the same object
-_SPEC_OF = LRU(8192)  # (configuration key, Analysis) -> interned spec
+_ANALYSES = cache("configuration key -> [Analysis, ...], one per branch seen", 4096)
+_SPECS = cache("interned specs: equal specs are the same object", 4096)
+_SPEC_OF = cache("(configuration key, Analysis) -> interned spec", 8192)
 _MAX_BRANCHES = 64
 
 
@@ -227,10 +209,9 @@ def spec_for(info: FactoryInfo, classified: Classified, analysis: Analysis) -> S
     return spec
 
 
-# Configuration key -> the arguments the verification found must be static:
-# a new value of one of them (another static key) is analysed with them
+# A new value of one of them (another static key) is analysed with them
 # static from the start, not bisected again.
-_VERIFIED_STATIC = LRU(4096)
+_VERIFIED_STATIC = cache("configuration key -> the arguments the verification found static", 4096)
 
 
 def verified_static(key: Any) -> tuple[str, ...]:
@@ -240,15 +221,6 @@ def verified_static(key: Any) -> tuple[str, ...]:
 
 def remember_verified_static(key: Any, names: tuple[str, ...]) -> None:
     _VERIFIED_STATIC.set(key, names)  # grows as bisection finds each argument
-
-
-def clear_caches() -> None:
-    """Forgets every cached detection result (for tests and benchmarks)."""
-    _ANALYSES.clear()
-    _SPECS.clear()
-    _SPEC_OF.clear()
-    _VERIFIED_STATIC.clear()
-    _bind.clear()
 
 
 __all__ = ["Spec", "clear_caches", "spec_for"]

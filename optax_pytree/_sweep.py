@@ -243,7 +243,7 @@ def stack(members: Iterable[Any]) -> Any:
     return jax.tree_util.tree_unflatten(treedef, _stack_leaves(paths, columns, "stack"))
 
 
-def _batch_size(batched: Any, what: str) -> int:
+def batch_size(batched: Any, what: str) -> int:
     flat = jax.tree_util.tree_flatten_with_path(batched)[0]
     if not flat:
         raise ValueError(f"{what}: the object has no leaves, so no batch axis")
@@ -284,7 +284,7 @@ def unstack(batched: Any) -> list[Any]:
         >>> [round(float(tx.learning_rate), 3) for tx in opx.unstack(batch)]
         [0.1, 0.2]
     """
-    n = _batch_size(batched, "unstack")
+    n = batch_size(batched, "unstack")
     leaves, treedef = jax.tree_util.tree_flatten(batched)
     columns = [list(leaf) for leaf in leaves]  # iterating keeps weak types
     return [jax.tree_util.tree_unflatten(treedef, [c[i] for c in columns]) for i in range(n)]
@@ -317,7 +317,7 @@ def index(batched: Any, i: Any) -> Any:
         >>> opx.index(batch, jnp.array([2, 2, 0])).learning_rate
         Array([0.3, 0.3, 0.1], dtype=float32, weak_type=True)
     """
-    n = _batch_size(batched, "index")
+    n = batch_size(batched, "index")
     if isinstance(i, (int, np.integer)) and not isinstance(i, bool):
         if not -n <= i < n:
             raise IndexError(f"index: member {i} is out of range for a batch of {n}")
@@ -501,7 +501,7 @@ def shard(batched: Any, mesh: jax.sharding.Mesh, axis_name: str | tuple[str, ...
         True
     """
     sharding, devices = population_sharding(mesh, axis_name, "shard")
-    n = _batch_size(batched, "shard")
+    n = batch_size(batched, "shard")
     if n % devices:
         raise ValueError(
             f"shard: batched, a batch of {n} members, does not split evenly over the {devices} devices "

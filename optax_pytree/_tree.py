@@ -12,7 +12,6 @@ change is ``replace``, which validates and classifies like ``wrap``.
 from __future__ import annotations
 
 import copy
-import importlib
 import operator
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
@@ -62,12 +61,12 @@ class Core:
     def build(self) -> Any:
         return _build.build(self.spec, self.leaves, self.exact)
 
-    def _built(self, hyper: tuple[tuple[Any, ...], Any]) -> Any:
+    def built_from(self, hyper: tuple[tuple[Any, ...], Any]) -> Any:
         return _build.build(self.spec, *hyper)
 
     def init(self, params: Any) -> Any:
         try:
-            return _constants.call(lambda h, p: self._built(h).init(p), (self.leaves, self.exact), params)
+            return _constants.call(lambda h, p: self.built_from(h).init(p), (self.leaves, self.exact), params)
         except Exception as e:
             _build.raise_traced_failure(e, self.spec, self.leaves, "init")
             raise
@@ -75,7 +74,7 @@ class Core:
     def update(self, updates: Any, state: Any, params: Any = None, **extra_args: Any) -> tuple[Any, Any]:
         try:
             return _constants.call(
-                lambda h, *a, **k: self._built(h).update(*a, **k),
+                lambda h, *a, **k: self.built_from(h).update(*a, **k),
                 (self.leaves, self.exact),
                 updates,
                 state,
@@ -85,6 +84,11 @@ class Core:
         except Exception as e:
             _build.raise_traced_failure(e, self.spec, self.leaves, "update")
             raise
+
+
+def spec_of(w: Any) -> Spec:
+    """A wrapped object's static configuration (its treedef's aux data)."""
+    return w._core.spec
 
 
 def name_of(w: Any) -> str:
@@ -270,7 +274,7 @@ class _Wrapped(Wrapped):
         return (
             _rebuild,
             (
-                _FactoryRef(spec.info.public),
+                _bind.FactoryRef(spec.info.public),
                 self.hyperparams,
                 tuple(sorted(options.static)),
                 tuple(sorted(options.dynamic)),
@@ -375,7 +379,7 @@ class PyTreeSchedule(_Wrapped):
     def __call__(self, count: Any) -> Any:
         """The schedule's value at step ``count`` (traced or concrete)."""
         core = self._core
-        return _constants.call(lambda h, c: core._built(h)(c), (core.leaves, core.exact), count)  # pyright: ignore[reportPrivateUsage]
+        return _constants.call(lambda h, c: core.built_from(h)(c), (core.leaves, core.exact), count)
 
     # A plain object, not a tuple: ``jax.jit(schedule)`` keeps a weak
     # reference to the function it compiles, and tuples cannot be weakly
@@ -477,33 +481,9 @@ for _cls in _CLASSES.values():
 # Pickling.
 
 
-class _FactoryRef:
-    """Pickles a factory by module and name, decorated or not."""
-
-    def __init__(self, factory: Any):
-        self.factory = factory
-
-    def __reduce__(self) -> Any:
-        f = self.factory
-        public = _bind.optax_name(f)
-        if public is not None:  # optax.nadam is a functools.partial: by its name
-            module_name, _, name = public.rpartition(".")
-            return (_resolve_factory, (module_name, name))
-        module, qualname = getattr(f, "__module__", None), getattr(f, "__qualname__", None)
-        if module and qualname and "<locals>" not in qualname:
-            return (_resolve_factory, (module, qualname))
-        return (_identity, (f,))
-
-
-def _identity(x: Any) -> Any:
-    return x
-
-
-def _resolve_factory(module: str, qualname: str) -> Any:
-    obj: Any = importlib.import_module(module)
-    for part in qualname.split("."):
-        obj = getattr(obj, part)
-    return obj
+# Kept importable here: pickles written before the move name them here.
+_FactoryRef = _bind.FactoryRef
+_resolve_factory = _bind.resolve_factory
 
 
 def _rebuild(
@@ -514,7 +494,7 @@ def _rebuild(
     dynamic_only: tuple[str, ...] | None = None,
     exact: Any = None,
 ) -> Any:
-    if isinstance(factory, _FactoryRef):
+    if isinstance(factory, _bind.FactoryRef):
         factory = factory.factory
     info = _bind.factory_info(factory)
     options = Options(
@@ -549,5 +529,6 @@ __all__ = [
     "name_of",
     "new",
     "set_fields_hook",
+    "spec_of",
     "with_exact",
 ]

@@ -66,7 +66,7 @@ def concrete_params(shapes: Any) -> Any:
 def smaller(shapes: Any) -> Any:
     """The parameters to compare on: the probe's; for its default ranks 1 to 4 (which
     detection needs for guards on a rank), a bias and a kernel (half the tracing)."""
-    first = _detect._default_param_shapes()  # pyright: ignore[reportPrivateUsage]
+    first = _detect.default_param_shapes()
     if jax.tree_util.tree_structure(shapes) == jax.tree_util.tree_structure(first[0]):
         return first[1]
     return shapes
@@ -91,7 +91,7 @@ def outputs(built: Any, kind: Kind, level: Level, params: Any, counts: Any) -> A
     # NumPy parameters become constants of the trace here: JAX arrays made
     # outside it would be staged by small XLA programs of their own.
     params = jax.tree_util.tree_map(jnp.asarray, params)
-    value = _detect._sum_of_squares(params)  # pyright: ignore[reportPrivateUsage]
+    value = _detect.sum_of_squares(params)
     return _detect.exercise(built, kind, level, params, counts[0], value)
 
 
