@@ -6,7 +6,7 @@ factory runs on tracers: a new learning rate is a new leaf value, not a new
 program. Guarded arguments are passed as :class:`~optax_pytree._guard.Guarded`
 stand-ins answering from the spec's guards; their leaves are checked against
 the guards where they are concrete, and the outputs are NaN where traced
-leaves do not satisfy them (see ``_guard``).
+leaves do not satisfy them (see ``_guard`` and ``_checks``).
 """
 
 from __future__ import annotations

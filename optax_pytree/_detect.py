@@ -13,13 +13,13 @@ compiled), on stand-in parameters shaped like the masks and labels found
 anywhere in the configuration (children included), and with each candidate
 argument in one of four modes:
 
-- ``keep``: a :class:`~optax_pytree._guard.Guarded` stand-in, kept in the
+- ``Mode.GUARDED``: a :class:`~optax_pytree._guard.Guarded` stand-in, kept in the
   closures (comparisons at construction and at call time are guards);
-- ``construct``: a stand-in while the factory runs, its leaf afterwards;
-- ``raw``: the abstract leaf itself (a traced value, as before guards);
-- ``static``: the concrete value.
+- ``Mode.GUARDED_WHILE_BUILT``: a stand-in while the factory runs, its leaf afterwards;
+- ``Mode.LEAF``: the abstract leaf itself (a traced value, as before guards);
+- ``Mode.PYTHON_VALUE``: the concrete value (the argument is static).
 
-Every candidate starts as ``keep``. A stand-in used as a concrete value
+Every candidate starts as ``Mode.GUARDED``. A stand-in used as a concrete value
 (``int()``, a shape, a dict key) makes its argument static at once; one that
 reached a JAX function goes down a mode; any other failure is found by
 bisection (with everything else as it is) and that argument goes down a
@@ -265,14 +265,25 @@ class Probe:
 class Analysis:
     """What the probe found for one configuration and one branch of its values.
 
-    ``static``: candidates the factory needs concrete; ``modes``: guarded
-    candidates -> ``keep`` or ``construct``; ``guards``: the recorded
+    ``static_names``: candidates the factory needs concrete (their values are
+    ``static_key``); ``modes``: guarded candidates -> ``Mode.GUARDED`` or
+    ``Mode.GUARDED_WHILE_BUILT``; ``guards``: the recorded
     comparisons and their outcomes; ``undecided``: the probe could not run
     ``init``/``update`` (its stand-in parameters did not fit), so a failure at
     trace time names the dynamic arguments.
     """
 
-    __slots__ = ("carried", "guards", "kind", "level", "modes", "params", "static", "static_key", "undecided")
+    __slots__ = (
+        "carried",
+        "guards",
+        "kind",
+        "level",
+        "modes",
+        "params",
+        "static_key",
+        "static_names",
+        "undecided",
+    )
 
     def __init__(
         self,
@@ -284,7 +295,7 @@ class Analysis:
         values: Mapping[str, Any] | None = None,
     ):
         self.kind = kind
-        self.static = static
+        self.static_names = static  # the candidates the factory needs as Python values
         self.modes = modes or {}
         self.guards = guards
         self.undecided = undecided
@@ -303,7 +314,7 @@ class Analysis:
         Python values are compared as the factory compared them; a batch of
         concrete values (a population) matches if every member does.
         """
-        if tuple(_static.freeze(value_as_static(values[n])) for n in self.static) != self.static_key:
+        if tuple(_static.freeze(value_as_static(values[n])) for n in self.static_names) != self.static_key:
             return False
         if not self.guards:
             return True
@@ -385,8 +396,9 @@ def _found(probe: Probe, analysis: Analysis) -> Analysis:
     assert probe.level is not None
     analysis.level, analysis.params = probe.level, probe.params
     if probe.fixed:
-        analysis.static = tuple(n for n in probe.concrete if n in probe.fixed or n in analysis.static)
-        analysis.static_key = Analysis(probe.kind, analysis.static, values=probe.concrete).static_key
+        static = analysis.static_names
+        analysis.static_names = tuple(n for n in probe.concrete if n in probe.fixed or n in static)
+        analysis.static_key = Analysis(probe.kind, analysis.static_names, values=probe.concrete).static_key
     return analysis
 
 
@@ -408,8 +420,8 @@ def _shape_dependent_guards(probe: Probe, modes: Mapping[str, Mode], ctx: _guard
 def _demote(modes: dict[str, Mode], events: Sequence[tuple[frozenset[str], Phase]]) -> bool:
     """Stand-ins that reached JAX or Python-value use go down a mode; whether any did.
 
-    Met only at call time: no longer kept in ``update`` (``construct``);
-    met while the factory runs: a plain leaf (``raw``).
+    Met only at call time: no longer kept in ``update`` (``Mode.GUARDED_WHILE_BUILT``);
+    met while the factory runs: a plain leaf (``Mode.LEAF``).
     """
     phases: dict[str, set[Phase]] = {}
     for names, phase in events:

@@ -134,7 +134,7 @@ def _analyse(info: FactoryInfo, classified: Classified, base: dict[str, Any], ki
         found = _difference(info, classified, base, analysis)
         if found is None:
             return analysis
-        order = [n for n in candidates if n not in analysis.static]
+        order = [n for n in candidates if n not in analysis.static_names]
         # Bisection: the shortest prefix of ``order`` that, made static, removes the difference.
         lo, hi = 0, len(order)
         last = analyse((*fixed, *order)) if order else analysis
@@ -296,7 +296,7 @@ def _find_analysis(
 def _check_leaves(info: FactoryInfo, classified: Classified, analysis: Analysis) -> None:
     """The leaves must take the branches their Python values took (float32 round-off)."""
     values = classified.values
-    for name in analysis.static:
+    for name in analysis.static_names:
         if _leaves.is_tracer(values[name]):
             raise TypeError(
                 f"{info.name}: argument {name!r} must be static (the factory needs it as a Python "

@@ -98,7 +98,7 @@ class Spec:
         self.static = static
         self.templates = templates
         self.options = options
-        self.detected = wide + analysis.static  # found static: too wide for a leaf, or needed concrete
+        self.detected = wide + analysis.static_names  # found static: too wide for a leaf, or needed concrete
         self.guards = analysis.guards
         self.outcomes = dict(self.guards)  # guard -> outcome, what a rebuild replays
         # Stand-ins in a rebuild: compared (guarded), or in carried expressions.
@@ -186,10 +186,10 @@ def remember(key: Any, analysis: Analysis) -> None:
 def new_spec(info: FactoryInfo, classified: Classified, analysis: Analysis) -> Spec:
     """The spec of a configuration and one of its analyses (not interned: see :func:`spec_for`)."""
     roles = dict(classified.roles)
-    for name in analysis.static:
+    for name in analysis.static_names:
         roles[name] = Role.STATIC
     static = {n: classified.values[n] for n, r in roles.items() if r == Role.STATIC}
-    for name in analysis.static:  # found to be needed as Python values: never JAX arrays
+    for name in analysis.static_names:  # found to be needed as Python values: never JAX arrays
         static[name] = value_as_static(static[name])
     spec = Spec(
         info, roles, static, classified.templates, classified.options, analysis, tuple(classified.wide)
