@@ -275,6 +275,7 @@ class Analysis:
 
     __slots__ = (
         "carried",
+        "exponents",
         "guards",
         "kind",
         "level",
@@ -307,6 +308,10 @@ class Analysis:
         # Expressions of the arguments that reach JAX (``1 - b2``): evaluated
         # on the host when an object is made, and carried as its leaves.
         self.carried: tuple[tuple[_expr.Expr, str], ...] = ()  # (expression, dtype of its value)
+        # Leaves that are a power's exponent (set by the verification): plain
+        # optax's program specializes a power by 2.0, 3.0, 0.5 or -1.0, a
+        # leaf's cannot, so those values are not this analysis' (see ``matches``).
+        self.exponents: tuple[str, ...] = ()
 
     def matches(self, values: Mapping[str, Any]) -> bool | None:
         """Whether these values take this analysis' branches (None: cannot tell, traced).
@@ -316,6 +321,10 @@ class Analysis:
         """
         if tuple(_static.freeze(value_as_static(values[n])) for n in self.static_names) != self.static_key:
             return False
+        for n in self.exponents:
+            value = value_as_given(values[n])
+            if value is not None and value in _expr.SPECIALIZED_EXPONENTS:
+                return False
         if not self.guards:
             return True
         env = {n: value_as_given(values[n]) for n in self.modes}

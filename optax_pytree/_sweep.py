@@ -53,9 +53,10 @@ def _difference(a: Any, b: Any, path: str = "") -> str | None:
             if name not in ha or name not in hb:
                 return f"argument {p!r} of {name_of(a)} is given in one and not in the other"
             if (name in sa) != (name in sb):
+                static, dynamic = (ha[name], hb[name]) if name in sa else (hb[name], ha[name])
                 return (
-                    f"argument {p!r} of {name_of(a)} is static in one ({ha[name]!r}) "
-                    f"and dynamic in the other ({hb[name]!r})"
+                    f"argument {p!r} of {name_of(a)} is static in one ({static!r}) "
+                    f"and dynamic in the other ({dynamic!r})"
                 )
             if name in sa:
                 if _static.freeze(ha[name]) != _static.freeze(hb[name]):

@@ -45,6 +45,7 @@ import numpy as np
 
 from . import _bind, _detect, _leaves
 from ._constants import INLINED, bind, is_literal
+from ._expr import SPECIALIZED_EXPONENTS
 from ._vocabulary import Kind, Level
 
 # Step counts a schedule is compared at, besides those near its integer arguments.
@@ -123,12 +124,8 @@ _APPROXIMATE = frozenset(
 )
 
 
-# The exponents XLA computes a power by otherwise when they are constants
-# of the program (``x ** 2.0`` becomes ``x * x``; measured on CPU: a power
-# by a runtime 2.0, 3.0, 0.5 or -1.0 differs in the last bit, by 1.0, 4.0,
-# -0.5, 1.5, ... does not). Checked where the analysis is made: a later
-# value of the same branch is not re-verified (README, Numerics).
-_SPECIALIZED_EXPONENTS = frozenset((2.0, 3.0, 0.5, -1.0))
+# The key of ``approximate_ops`` for the powers whose exponent is a constant XLA specializes.
+SPECIALIZED_POW = "pow by a specialized constant"
 
 
 def approximate_ops(closed: Any, params: Any = None) -> dict[str, Any]:
@@ -138,7 +135,7 @@ def approximate_ops(closed: Any, params: Any = None) -> dict[str, Any]:
     counts), not hyperparameters.
 
     With, for ``pow``, which exponents are constants XLA specializes (see
-    ``_SPECIALIZED_EXPONENTS``): a hyperparameter leaf as the exponent would
+    ``_expr.SPECIALIZED_EXPONENTS``): a hyperparameter leaf as the exponent would
     not get that, so where the factory's own program has one, the wrapped
     one must have it too (the argument is then static).
     """
@@ -184,13 +181,53 @@ def approximate_ops(closed: Any, params: Any = None) -> dict[str, Any]:
         closed.jaxpr, dict(zip(map(id, closed.jaxpr.constvars), closed.consts)), (*closed.jaxpr.invars, *own)
     )
     if any(exponents):
-        counts["pow by a specialized constant"] = tuple(exponents)
+        counts[SPECIALIZED_POW] = tuple(exponents)
     return counts
+
+
+def exponent_inputs(closed: Any) -> frozenset[int]:
+    """The positions of the program's inputs that a ``pow``'s exponent is computed from.
+
+    A leaf there computes the general power, which is plain optax's numbers
+    only where XLA would not specialize plain optax's constant: whether it
+    would depends on the value, so the analysis remembers these arguments
+    (``Analysis.exponents``) and a later value XLA specializes is another
+    analysis (verified, and static there).
+    """
+    found: set[int] = set()
+    empty: frozenset[int] = frozenset()
+
+    def walk(jaxpr: Any, sources: dict[int, frozenset[int]]) -> None:
+        for eqn in jaxpr.eqns:
+            ins = [sources.get(id(v), empty) for v in eqn.invars if not is_literal(v)]
+            mine = empty.union(*ins)
+            if eqn.primitive.name == "pow" and not is_literal(eqn.invars[1]):
+                found.update(sources.get(id(eqn.invars[1]), empty))
+            for param in eqn.params.values():
+                for sub in param if isinstance(param, (tuple, list)) else (param,):
+                    inner = getattr(sub, "jaxpr", sub)
+                    if not hasattr(inner, "eqns"):
+                        continue
+                    if len(inner.invars) == len(eqn.invars):  # pjit, custom_jvp: position by position
+                        inner_sources = {
+                            id(a): sources.get(id(b), empty)
+                            for a, b in zip(inner.invars, eqn.invars)
+                            if not is_literal(b)
+                        }
+                    else:  # scan, while, cond: every input may feed every one
+                        inner_sources = {id(a): mine for a in inner.invars}
+                    walk(inner, inner_sources)
+            if mine:
+                for v in eqn.outvars:
+                    sources[id(v)] = mine
+
+    walk(closed.jaxpr, {id(v): frozenset((i,)) for i, v in enumerate(closed.jaxpr.invars)})
+    return frozenset(found)
 
 
 def _specialized(value: Any) -> bool:
     x = np.asarray(value)
-    return x.size > 0 and bool(np.all(np.isin(x, list(_SPECIALIZED_EXPONENTS))))
+    return x.size > 0 and bool(np.all(np.isin(x, list(SPECIALIZED_EXPONENTS))))
 
 
 def difference(reference: Any, got: Any, exact: bool = False, rtol: float = 1e-4) -> str | None:

@@ -65,7 +65,7 @@ def test_the_import_graph_has_no_circle() -> None:
         stack.append(n)
         for m in sorted(graph.get(n, ())):
             if state.get(m) == 1:
-                cycle = stack[stack.index(m) :] + [m]
+                cycle = [*stack[stack.index(m) :], m]
                 raise AssertionError("import circle: " + " -> ".join(cycle))
             if m not in state:
                 visit(m)
