@@ -1,4 +1,3 @@
-# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 """Type annotations as text, optax's aliases by name (``optax.ScalarOrSchedule``).
 
 Used by the stub generator (``_stubs``) for the drop-in's signatures, and by
@@ -7,6 +6,7 @@ Used by the stub generator (``_stubs``) for the drop-in's signatures, and by
 
 from __future__ import annotations
 
+# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 import builtins
 import collections.abc
 import functools

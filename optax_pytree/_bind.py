@@ -1,4 +1,3 @@
-# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 """Step 1, bind: a factory's signature, its public name, and calling it back.
 
 ``wrap(optax.sgd, 0.1, momentum=0.9)`` binds its arguments to the signature of
@@ -15,6 +14,7 @@ quietly.
 
 from __future__ import annotations
 
+# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 import functools
 import importlib
 import inspect

@@ -1,4 +1,3 @@
-# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 """Step 5, build: a spec and its leaves -> the real optax transformation or schedule.
 
 Called on every ``init``, ``update`` and schedule call, so inside ``jit`` the
@@ -11,6 +10,7 @@ leaves do not satisfy them (see ``_guard`` and ``_checks``).
 
 from __future__ import annotations
 
+# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 from collections.abc import Callable
 from typing import Any
 

@@ -1,4 +1,3 @@
-# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 """Every cache of the mechanism: one policy, one registry, one way to forget them.
 
 What is cached is a function of its key alone (a factory's signature and
@@ -18,6 +17,7 @@ object, so that ``is`` holds between optax's aliases; never forgotten).
 
 from __future__ import annotations
 
+# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 import collections
 import threading
 from typing import Any

@@ -1,4 +1,3 @@
-# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 """Checking leaves against the guards of their branch, on the host and in traced code.
 
 A wrapped object's guards hold for the values it was made with. Where its
@@ -12,6 +11,7 @@ NaN for every member whose values left their branch).
 
 from __future__ import annotations
 
+# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any

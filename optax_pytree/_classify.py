@@ -1,4 +1,3 @@
-# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 """Step 2, classify: each bound argument is a dynamic leaf, a child, or static.
 
 - **dynamic**: int (not bool), float, complex, NumPy/JAX numeric arrays and
@@ -17,6 +16,7 @@ drop-in module, whose factories have optax's signatures.
 
 from __future__ import annotations
 
+# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 import inspect
 import typing
 from collections.abc import Callable, Iterable

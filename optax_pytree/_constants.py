@@ -1,4 +1,3 @@
-# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 """Hyperparameters traced as XLA compiles constants: a division by one is a multiplication.
 
 Plain optax inside ``jax.jit`` has its hyperparameters as constants of the
@@ -27,6 +26,7 @@ plain program is not rewritten either.
 
 from __future__ import annotations
 
+# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 import os
 from collections.abc import Callable
 from typing import Any

@@ -1,4 +1,3 @@
-# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 """Detaching the stand-ins from what a factory returned.
 
 The probe and every rebuild call the factory with :class:`~optax_pytree._guard.Guarded`
@@ -13,6 +12,7 @@ object). Each limit of the copier below says why it is there.
 
 from __future__ import annotations
 
+# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 import copy
 import functools
 import types

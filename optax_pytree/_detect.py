@@ -1,4 +1,3 @@
-# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 """Step 2c, detect: which numeric arguments a factory needs concrete, and which it guards.
 
 Some numeric hyperparameters cannot be leaves: ``optax.lbfgs`` allocates
@@ -30,6 +29,7 @@ every value that takes the same branches.
 
 from __future__ import annotations
 
+# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 import functools
 import inspect
 import logging

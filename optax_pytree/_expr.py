@@ -1,4 +1,3 @@
-# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 """Expressions over a factory's arguments, and guard keys: what ``_guard`` records.
 
 An expression is a tuple: ``("arg", name)``, ``("const", value)`` or
@@ -17,6 +16,7 @@ and which of them a leaf computes exactly as Python does.
 
 from __future__ import annotations
 
+# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 import functools
 import math
 import operator

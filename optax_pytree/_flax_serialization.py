@@ -1,4 +1,3 @@
-# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 """flax's serialization (``flax.serialization``, ``flax.training.checkpoints``) of wrapped objects.
 
 flax serializes any tuple with ``_fields`` as a NamedTuple, field by field,
@@ -16,6 +15,7 @@ this module). Importing optax_pytree does not import flax.
 
 from __future__ import annotations
 
+# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 import sys
 from typing import Any
 

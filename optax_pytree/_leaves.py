@@ -1,4 +1,3 @@
-# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 """Numeric hyperparameters: what counts as one, and how it becomes a leaf.
 
 A hyperparameter given as a Python float, a NumPy float scalar or a 0-d
@@ -12,6 +11,7 @@ an unsigned int, any array of rank > 0) is kept as given.
 
 from __future__ import annotations
 
+# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 import functools
 from collections.abc import Mapping
 from typing import Any

@@ -1,4 +1,3 @@
-# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 """Paths to a hyperparameter inside a configuration, for ``grid``: ``"args[1].learning_rate"``.
 
 Written as ``jax.tree_util.keystr`` writes a leaf's key path, so a path
@@ -9,6 +8,7 @@ which re-checks every value), dicts, lists and tuples.
 
 from __future__ import annotations
 
+# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 import ast
 import re
 from collections.abc import Sequence

@@ -1,4 +1,3 @@
-# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 """Steps 1 to 4 in order: from a factory's arguments to what a wrapped object is made of.
 
 ``make`` binds nothing itself (``_bind`` did): it classifies the arguments
@@ -16,6 +15,7 @@ unpickling; the entry points (``_wrap``) for ``wrap``.
 
 from __future__ import annotations
 
+# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 import warnings
 from typing import Any, NamedTuple
 

@@ -1,4 +1,3 @@
-# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 """Step 3, spec: everything static about a wrapped object (its pytree aux data).
 
 JAX compares the aux data of two treedefs with ``==`` and hashes it to key
@@ -15,6 +14,7 @@ far, one per branch; each analysis makes one spec.
 
 from __future__ import annotations
 
+# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 from typing import Any
 
 import jax

@@ -1,4 +1,3 @@
-# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 """Sweeps: batched wrapped optimizers for ``jax.vmap``, ``jax.grad`` and sharding.
 
 A wrapped optimizer is a pytree whose leaves are its numeric hyperparameters,
@@ -21,6 +20,7 @@ from Python floats has the same treedef *and* the same leaf types as
 
 from __future__ import annotations
 
+# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 import itertools
 import math
 import operator

@@ -1,4 +1,3 @@
-# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 """Step 4, tree: the wrapped objects, their pytree registration and pickling.
 
 A wrapped object is its spec (aux data) and its leaves (the dynamic
@@ -11,6 +10,7 @@ change is ``replace``, which validates and classifies like ``wrap``.
 
 from __future__ import annotations
 
+# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 import copy
 import operator
 from collections.abc import Callable, Iterable

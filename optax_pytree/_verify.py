@@ -1,4 +1,3 @@
-# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 """Step 2d, verify: the wrapped build computes what the factory computes with the Python values.
 
 Detection (``_detect``) sees what a factory does *with* a stand-in: compare it,
@@ -36,6 +35,7 @@ once per configuration and branch, not at every value).
 
 from __future__ import annotations
 
+# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 from collections.abc import Callable
 from typing import Any
 

@@ -1,4 +1,3 @@
-# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 """The words of the mechanism: each a closed set of values, named for what it tells.
 
 One module for all of them, imported by the steps that share them, so that
@@ -13,6 +12,7 @@ which pyright reports.
 
 from __future__ import annotations
 
+# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 import enum
 
 

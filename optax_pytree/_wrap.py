@@ -1,4 +1,3 @@
-# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 """The entry points: any optax factory's result as a JAX pytree.
 
 ``wrap`` runs the steps, each in its own module: bind the arguments to the
@@ -11,6 +10,7 @@ leaves on every use (``_build``).
 
 from __future__ import annotations
 
+# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 import functools
 import inspect
 from collections.abc import Callable, Iterable
