@@ -35,12 +35,14 @@ class LRU:
         self.lock = threading.Lock()
 
     def get(self, key: Any) -> Any:
-        with self.lock:
-            try:
-                self.data.move_to_end(key)
-                return self.data[key]
-            except KeyError:
-                return None
+        # On every wrap: no lock. Each OrderedDict operation is atomic; an
+        # entry evicted by another thread between the two is a miss.
+        data = self.data
+        try:
+            data.move_to_end(key)
+            return data[key]
+        except KeyError:
+            return None
 
     def setdefault(self, key: Any, value: Any) -> Any:
         with self.lock:

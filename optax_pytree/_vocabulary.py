@@ -23,6 +23,8 @@ class Role(str, enum.Enum):
     CHILD = "child"  # a wrapped object (or a container of them): its leaves are leaves
     STATIC = "static"  # aux data of the treedef: compared by value, one compilation per value
 
+    __hash__ = str.__hash__  # the value's: C speed in the configuration keys hashed on every wrap
+
     def __str__(self) -> str:
         return self.value
 
@@ -32,6 +34,8 @@ class Kind(str, enum.Enum):
 
     TRANSFORMATION = "transformation"  # init/update: a PyTreeTransformation
     SCHEDULE = "schedule"  # a callable of the step count: a PyTreeSchedule
+
+    __hash__ = str.__hash__  # the value's: C speed in the configuration keys hashed on every wrap
 
     def __str__(self) -> str:
         return self.value
