@@ -64,9 +64,6 @@ class LRU:
         with self.lock:
             self.data.clear()
 
-    def __len__(self) -> int:
-        return len(self.data)
-
 
 def cache(what: str, maxsize: int) -> LRU:
     """A new registered cache: ``what`` it maps, at most ``maxsize`` entries."""

@@ -126,7 +126,7 @@ def _analyse(info: FactoryInfo, classified: Classified, base: dict[str, Any], ki
     def analyse(static: tuple[str, ...]) -> Analysis:
         return _detect.analyse(info, kind, probe_base, candidates, leaves, shapes, static)
 
-    fixed = _spec.verified_static(classified.analysis_key)
+    fixed = always = _spec.verified_static(classified.analysis_key)
     analysis = analyse(fixed)
     if _traced(classified):
         return analysis  # no Python values to compare with: checked where it is used
@@ -165,7 +165,8 @@ def _analyse(info: FactoryInfo, classified: Classified, base: dict[str, Any], ki
         if not found.startswith(_SPECIALIZED):
             # Static for every value: later analyses start with it static. A
             # specialized exponent is static at its value only (``exponents``).
-            _spec.remember_verified_static(classified.analysis_key, fixed)
+            always = (*always, order[hi - 1])
+            _spec.remember_verified_static(classified.analysis_key, always)
         analysis = analyse(fixed) if hi > 1 else last
 
 

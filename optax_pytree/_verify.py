@@ -128,6 +128,17 @@ _APPROXIMATE = frozenset(
 SPECIALIZED_POW = "pow by a specialized constant"
 
 
+def _sub_jaxprs(eqn: Any) -> list[tuple[Any, Any]]:
+    """The jaxprs an equation calls (pjit, custom_jvp, cond's branches, scan's body), with their consts."""
+    out: list[tuple[Any, Any]] = []
+    for param in eqn.params.values():
+        for sub in param if isinstance(param, (tuple, list)) else (param,):
+            inner = getattr(sub, "jaxpr", sub)
+            if hasattr(inner, "eqns"):
+                out.append((inner, getattr(sub, "consts", ())))
+    return out
+
+
 def approximate_ops(closed: Any, params: Any = None) -> dict[str, Any]:
     """How many of each not-correctly-rounded primitive a jaxpr has (sub-jaxprs included).
 
@@ -158,11 +169,8 @@ def approximate_ops(closed: Any, params: Any = None) -> dict[str, Any]:
                 exponent = eqn.invars[1]
                 value = exponent.val if is_literal(exponent) else consts.get(id(exponent))
                 exponents.append(value is not None and _specialized(value))
-            for param in eqn.params.values():
-                for sub in param if isinstance(param, (tuple, list)) else (param,):
-                    inner = getattr(sub, "jaxpr", sub)
-                    if hasattr(inner, "eqns"):
-                        walk(inner, dict(zip(map(id, inner.constvars), getattr(sub, "consts", ()))))
+            for inner, inner_consts in _sub_jaxprs(eqn):
+                walk(inner, dict(zip(map(id, inner.constvars), inner_consts)))
 
     # The hyperparameters' own values: the inputs (leaves) and the constants
     # of the program (what the factory computed from them in Python), but
@@ -203,20 +211,16 @@ def exponent_inputs(closed: Any) -> frozenset[int]:
             mine = empty.union(*ins)
             if eqn.primitive.name == "pow" and not is_literal(eqn.invars[1]):
                 found.update(sources.get(id(eqn.invars[1]), empty))
-            for param in eqn.params.values():
-                for sub in param if isinstance(param, (tuple, list)) else (param,):
-                    inner = getattr(sub, "jaxpr", sub)
-                    if not hasattr(inner, "eqns"):
-                        continue
-                    if len(inner.invars) == len(eqn.invars):  # pjit, custom_jvp: position by position
-                        inner_sources = {
-                            id(a): sources.get(id(b), empty)
-                            for a, b in zip(inner.invars, eqn.invars)
-                            if not is_literal(b)
-                        }
-                    else:  # scan, while, cond: every input may feed every one
-                        inner_sources = {id(a): mine for a in inner.invars}
-                    walk(inner, inner_sources)
+            for inner, _ in _sub_jaxprs(eqn):
+                if len(inner.invars) == len(eqn.invars):  # pjit, custom_jvp: position by position
+                    inner_sources = {
+                        id(a): sources.get(id(b), empty)
+                        for a, b in zip(inner.invars, eqn.invars)
+                        if not is_literal(b)
+                    }
+                else:  # scan, while, cond: every input may feed every one
+                    inner_sources = {id(a): mine for a in inner.invars}
+                walk(inner, inner_sources)
             if mine:
                 for v in eqn.outvars:
                     sources[id(v)] = mine

@@ -84,10 +84,5 @@ class Level(enum.Enum):
     CALL = "the schedule at a step count"
     BUILD = "construction only"  # nothing to run: the factory's call alone
 
-    @property
-    def runs(self) -> bool:
-        """Whether the probe runs anything past the factory's call."""
-        return self is not Level.BUILD
-
 
 __all__ = ["Kind", "Level", "Mode", "Phase", "Role"]
