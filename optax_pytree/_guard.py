@@ -61,6 +61,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax._src import core as jax_core
 
 from ._bind import mark_static, which
 from ._expr import (
@@ -451,7 +452,11 @@ class Guarded:
             if fresh is True and self._concrete():
                 return host  # concrete (eager): no gradient to carry, no arithmetic to dispatch
             value = self.value
-            trace = getattr(value, "_trace", None)
+            # The trace the arithmetic below is staged into: the current one,
+            # not the leaf's (a cond branch or a nested jit inside the trace
+            # of the leaves makes its own; a value made there must not leak
+            # into the next one).
+            trace = _current_trace()
             key = (self.expr, id(trace))
             found = ctx.resolved.get(key)
             if found is not None and found[0] is trace:
@@ -475,6 +480,11 @@ class Guarded:
 
     def __reduce__(self) -> Any:
         raise TypeError(f"a guarded stand-in for {text(self.expr)} cannot be pickled")
+
+
+def _current_trace() -> Any:
+    """The trace JAX operations are staged into now (jax >= 0.4.36 tracks one at a time)."""
+    return jax_core.trace_ctx.trace
 
 
 def _array(x: Any) -> Any:
