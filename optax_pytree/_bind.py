@@ -314,9 +314,16 @@ class FactoryRef:
             module_name, _, name = public.rpartition(".")
             return (resolve_factory, (module_name, name))
         module, qualname = getattr(f, "__module__", None), getattr(f, "__qualname__", None)
-        if module and qualname and "<locals>" not in qualname:
+        if module and qualname and "<locals>" not in qualname and _resolves(module, qualname, f):
             return (resolve_factory, (module, qualname))
-        return (identity, (f,))
+        return (identity, (f,))  # pickled as itself (an object that pickles by its own __reduce__)
+
+
+def _resolves(module: str, qualname: str, f: Any) -> bool:
+    try:
+        return resolve_factory(module, qualname) is f
+    except Exception:  # noqa: BLE001 - any failure to import or look it up: not by name
+        return False
 
 
 def identity(x: Any) -> Any:

@@ -65,6 +65,19 @@ def factory_kind(obj: Any) -> Kind | None:
     return None
 
 
+@functools.lru_cache(maxsize=1)
+def injectors() -> tuple[Any, ...]:
+    """optax's factories of factories: ``inject_hyperparams``, ``inject_stateful_hyperparams``.
+
+    Not factories in :func:`factory_kind`'s sense (they return a factory); the
+    drop-in gives its own (see ``_inject``).
+    """
+    import optax
+
+    found = [get_quietly(optax, n)[0] for n in ("inject_hyperparams", "inject_stateful_hyperparams")]
+    return tuple(f for f in found if f is not None)
+
+
 def public_names(module: types.ModuleType) -> list[str]:
     """``__all__`` and every other public name (optax's ``__all__`` misses some)."""
     names: set[str] = set(getattr(module, "__all__", ()))

@@ -15,7 +15,7 @@ import types
 import warnings
 from typing import Any
 
-from . import _catalog
+from . import _catalog, _inject
 from ._wrap import pytree_transformation
 
 # id(optax factory) -> (optax factory, drop-in factory). One drop-in per optax
@@ -50,6 +50,9 @@ def dropin(obj: Any, name: str) -> Any:
     found = _DROPINS.get(id(obj))
     if found is not None and found[0] is obj:
         return found[1]
+    if any(obj is f for f in _catalog.injectors()):
+        # A factory of factories: its factories make pytrees (``_inject``).
+        return _DROPINS.setdefault(id(obj), (obj, _inject.dropin_of(obj)))[1]
     if _catalog.factory_kind(obj) is None:
         return obj
     decorated = pytree_transformation(obj)

@@ -214,9 +214,14 @@ def value_as_static(x: Any) -> Any:
     """A numeric value as a static (Python-level) value: concrete JAX arrays as NumPy.
 
     A concrete JAX array closed over by traced code is staged like any array,
-    so a Python ``if`` on it fails under ``jit``; a NumPy value answers.
+    so a Python ``if`` on it fails under ``jit``; a NumPy value answers. A
+    weakly typed scalar leaf stands for the Python number it was made from
+    (:func:`as_python_number`): the factory gets that number, as it got it
+    from the user (``isinstance(x, float)`` holds, as in optax).
     """
     if isinstance(x, jax.Array) and not is_tracer(x):
+        if x.ndim == 0 and getattr(x, "weak_type", False):
+            return x.item()
         a = np.asarray(x)
         return a[()] if a.ndim == 0 else a
     return x

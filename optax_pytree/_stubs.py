@@ -32,6 +32,14 @@ HERE = Path(__file__).resolve().parent / "optax"
 _RETURNS = {Kind.TRANSFORMATION: "PyTreeTransformation", Kind.SCHEDULE: "PyTreeSchedule"}
 
 
+# The drop-in's inject_hyperparams (``_inject``): its factories make pytrees.
+_INJECTOR = (
+    "def {name}(inner_factory: collections.abc.Callable[..., typing.Any], "
+    "static_args: str | collections.abc.Iterable[str] = ..., hyperparam_dtype: typing.Any = ...) "
+    "-> collections.abc.Callable[..., PyTreeTransformation]: ..."
+)
+
+
 def _hints(factory: Any) -> dict[str, Any]:
     target = factory
     if isinstance(factory, functools.partial):
@@ -89,7 +97,9 @@ def render(module_name: str) -> str:
                 deprecated_names.append(name)
             continue
         kind = _catalog.factory_kind(obj)
-        if kind is None:
+        if any(obj is f for f in _catalog.injectors()):
+            defs.append(_INJECTOR.format(name=name))
+        elif kind is None:
             reexports.append(name)  # optax's own object, as the drop-in has it
         else:
             defs.append(_signature(name, obj, kind, r))

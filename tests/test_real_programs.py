@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import functools
+import pickle
 from typing import Any
 
 import chex
 import jax
+import jax.numpy as jnp
+import numpy as np
 import optax as plain
+import pytest
 from helpers import PARAMS, assert_tree_allclose, loss
 
+import optax_pytree as opx
 import optax_pytree.optax as dropin
 
 
@@ -21,9 +27,8 @@ def _steps(tx: Any, params: Any, n: int) -> tuple[Any, Any]:
     return params, state
 
 
-@jax.jit
-def _jitted_steps(tx: Any, params: Any) -> Any:
-    """Five steps under ``jit``, the optimizer an argument (the state made inside)."""
+def _five_steps(tx: Any, params: Any) -> Any:
+    """Five steps in a scan (the state made inside)."""
 
     def body(carry: Any, _: Any) -> Any:
         p, s = carry
@@ -34,6 +39,17 @@ def _jitted_steps(tx: Any, params: Any) -> Any:
     return params
 
 
+def _counting_jit(fn: Any) -> tuple[Any, list[int]]:
+    """``jax.jit(fn)`` and the list its traces append to."""
+    traces: list[int] = []
+
+    def counted(*args: Any) -> Any:
+        traces.append(1)
+        return fn(*args)
+
+    return jax.jit(counted), traces
+
+
 def test_multisteps_over_a_warmup_cosine_optimizer() -> None:
     # Gradient accumulation with warmup and cosine decay (EasyLM's recipe):
     # refused while a cond branch's carried value leaked into the next trace.
@@ -41,13 +57,93 @@ def test_multisteps_over_a_warmup_cosine_optimizer() -> None:
         sched = optax.warmup_cosine_decay_schedule(0.0, peak, 3, 12)
         return optax.MultiSteps(optax.sgd(sched), every_k_schedule=2)
 
+    jitted, traces = _counting_jit(_five_steps)  # the optimizer an argument
     for peak in (0.01, 0.02):
         expected = _steps(make(plain, peak), PARAMS, 6)
         chex.assert_trees_all_equal(_steps(make(dropin, peak), PARAMS, 6), expected)
-        got = _jitted_steps(make(dropin, peak), PARAMS)
-        assert_tree_allclose(got, _jitted_steps_plain(make(plain, peak)))
-    assert _jitted_steps._cache_size() == 1  # pyright: ignore[reportFunctionMemberAccess]
+        expected = jax.jit(functools.partial(_five_steps, make(plain, peak)))(PARAMS)
+        assert_tree_allclose(jitted(make(dropin, peak), PARAMS), expected)
+    assert len(traces) == 1
 
 
-def _jitted_steps_plain(tx: Any) -> Any:
-    return jax.jit(lambda p: _jitted_steps.__wrapped__(tx, p))(PARAMS)  # pyright: ignore[reportFunctionMemberAccess]
+# --------------------------------------------------------------------------
+# inject_hyperparams through the drop-in: a pytree with optax's state layout.
+
+_G = jax.tree_util.tree_map(lambda x: 0.1 * x + 0.05, PARAMS)
+
+
+def _step(tx: Any, state: Any, params: Any) -> Any:
+    updates, state = tx.update(_G, state, params)
+    return plain.apply_updates(params, updates), state
+
+
+def test_inject_hyperparams_is_a_pytree_a_sweep_compiles_once() -> None:
+    step, traces = _counting_jit(_step)
+    for lr in (1e-3, 3e-3, 1e-2):
+        tx = dropin.inject_hyperparams(dropin.adamw)(learning_rate=lr, weight_decay=0.1)
+        expected = plain.inject_hyperparams(plain.adamw)(learning_rate=lr, weight_decay=0.1)
+        assert isinstance(tx, opx.PyTreeTransformation)
+        assert_tree_allclose(step(tx, tx.init(PARAMS), PARAMS), _plain_step(expected))
+        state = tx.init(PARAMS)
+        chex.assert_trees_all_equal(tx.update(_G, state, PARAMS), expected.update(_G, state, PARAMS))
+    assert len(traces) == 1
+    assert tx.learning_rate == np.float32(1e-2)
+    assert "optax.inject_hyperparams(optax.adamw)" in repr(tx)
+
+
+def _plain_step(tx: Any) -> Any:
+    state = tx.init(PARAMS)
+    updates, state = jax.jit(tx.update)(_G, state, PARAMS)
+    return plain.apply_updates(PARAMS, updates), state
+
+
+def test_inject_hyperparams_state_is_read_and_written_as_in_optax() -> None:
+    tx = dropin.inject_hyperparams(dropin.sgd)(learning_rate=0.1, momentum=0.9)
+    expected = plain.inject_hyperparams(plain.sgd)(learning_rate=0.1, momentum=0.9)
+    state: Any = tx.init(PARAMS)
+    plain_state: Any = expected.init(PARAMS)
+    assert type(state) is type(plain_state)
+    # What programs log: the rate in the state.
+    assert float(state.hyperparams["learning_rate"]) == float(plain_state.hyperparams["learning_rate"])
+    # What programs write to change the rate, as optax documents.
+    step, traces = _counting_jit(_step)
+    for rate in (0.05, 0.01):
+        state.hyperparams["learning_rate"] = jnp.asarray(rate, jnp.float32)
+        plain_state.hyperparams["learning_rate"] = jnp.asarray(rate, jnp.float32)
+        _, state = step(tx, state, PARAMS)
+        chex.assert_trees_all_close(state, expected.update(_G, plain_state, PARAMS)[1])
+        plain_state = expected.update(_G, plain_state, PARAMS)[1]
+    assert len(traces) == 1
+    assert float(state.hyperparams["learning_rate"]) == np.float32(0.01)
+
+
+def test_inject_hyperparams_over_a_builder_with_a_schedule() -> None:
+    # levanter's pattern: an inner function of the builder, a wrapped schedule for the rate.
+    def make(optax: Any, peak: float) -> Any:
+        def _optimizer(learning_rate: Any, weight_decay: float) -> Any:
+            return optax.chain(
+                optax.clip_by_global_norm(1.0),
+                optax.scale_by_adam(0.9, 0.95),
+                optax.add_decayed_weights(weight_decay),
+                optax.scale(-learning_rate),
+            )
+
+        schedule = optax.warmup_cosine_decay_schedule(0.0, peak, 2, 10)
+        return optax.inject_hyperparams(_optimizer)(learning_rate=schedule, weight_decay=0.1)
+
+    got, expected = make(dropin, 1e-3), make(plain, 1e-3)
+    state, plain_state = got.init(PARAMS), expected.init(PARAMS)
+    updates = plain_updates = None
+    for _ in range(3):
+        updates, state = got.update(_G, state, PARAMS)
+        plain_updates, plain_state = expected.update(_G, plain_state, PARAMS)
+    chex.assert_trees_all_equal((updates, state), (plain_updates, plain_state))
+
+
+def test_inject_hyperparams_pickles_and_keeps_optax_checks() -> None:
+    tx = dropin.inject_hyperparams(dropin.adam, static_args="nesterov")(learning_rate=0.1, nesterov=True)
+    again = pickle.loads(pickle.dumps(tx))
+    assert jax.tree_util.tree_structure(again) == jax.tree_util.tree_structure(tx)
+    assert again.nesterov is True and "nesterov" in again.static_argnames
+    with pytest.raises(ValueError, match="static_args"):
+        dropin.inject_hyperparams(dropin.adam, static_args=("no_such_argument",))
