@@ -62,9 +62,15 @@ def build_raw(spec: Spec, leaves: tuple[Any, ...], exact: Any = None) -> Any:
 
 def _as_array(x: Any) -> Any:
     """A leaf's array: one held in a container of its own (an nnx Variable, in
-    optax_pytree.nnx.Optimizer) as its array, which is what the factory sees."""
+    optax_pytree.nnx.Optimizer) as its array, which is what the factory sees.
+
+    Asked of the container itself (``__jax_array__``), not through
+    ``jnp.asarray``: a container that is a JAX type of its own (a hijax nnx
+    Variable) is a tracer under ``jit``, which ``jnp.asarray`` returns as it
+    is, with no dtype or shape (only arrays are ``jax.Array`` instances).
+    """
     if not isinstance(x, (jax.Array, np.ndarray, np.generic)) and hasattr(x, "__jax_array__"):
-        return jnp.asarray(x)
+        return jnp.asarray(x.__jax_array__())
     return x
 
 

@@ -48,7 +48,7 @@ from flax_helpers import (  # noqa: E402
 )
 
 from optax_pytree.linen import TrainState  # noqa: E402
-from optax_pytree.nnx import Optimizer  # noqa: E402
+from optax_pytree.nnx import Hyperparameter, Optimizer  # noqa: E402
 
 LEARNING_RATES = (0.05, 0.02, 0.01)
 
@@ -230,6 +230,48 @@ def test_nnx_optimizer_with_its_tx_made_nnx_data() -> None:
     assert traces == [1]
     assert int(optimizer.step[...]) == 6
     assert_tree_allclose(nnx_params(model), train_with_flax(TWICE)[0], rtol=1e-4, atol=1e-5)
+
+
+def _hijax_step(model: Any, optimizer: Any, x: jax.Array, y: jax.Array) -> jax.Array:
+    """flax's hijax training step (mutable_array_test.py): the update of the hijax parameters."""
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+
+    def loss_fn(params: Any) -> jax.Array:
+        return nnx_loss(nnx.merge(graphdef, params, rest), x, y)
+
+    loss, grads = jax.value_and_grad(loss_fn)(nnx.with_vars(params, hijax=False))
+    optimizer.update(params, grads)
+    return loss
+
+
+@pytest.mark.skipif(not hasattr(nnx, "var_defaults"), reason="hijax Variables: flax>=0.12")
+def test_nnx_optimizer_with_hijax_variables_under_jax_jit() -> None:
+    # flax's mutable_array_test.py::TestOptimizer::test_optimize_hijax with the drop-in.
+    # Hijax Variables are JAX types of their own: under jax.jit the optimizer's
+    # Hyperparameter variables are tracers with no dtype (was AttributeError in the
+    # fingerprint of the carried exact values).
+    step, traces = counting_jit(_hijax_step)
+    with nnx.var_defaults(hijax=True):
+        model = MLP(nnx.Rngs(0))
+        optimizer = Optimizer(model, dropin.adam(LEARNING_RATES[0]), wrt=nnx.Param)
+        hyperparameters = jax.tree_util.tree_leaves(nnx.state(optimizer, Hyperparameter))
+        assert hyperparameters and all(v.hijax for v in hyperparameters)
+        for lr in LEARNING_RATES:
+            optimizer.set_hyperparams(learning_rate=lr)
+            step(model, optimizer, X, Y)
+    assert traces == [1]  # the hyperparameters stay dynamic
+    assert int(optimizer.step[...]) == 3
+    assert_tree_allclose(nnx_params(model), train_with_flax(LEARNING_RATES)[0])
+
+    # One step: bit for bit flax's nnx.Optimizer with raw optax, hijax too.
+    def one_step(optimizer_class: Any, tx: Any) -> Any:
+        with nnx.var_defaults(hijax=True):
+            model = MLP(nnx.Rngs(0))
+            jax.jit(_hijax_step)(model, optimizer_class(model, tx, wrt=nnx.Param), X, Y)
+        return nnx_params(model)
+
+    expected = one_step(nnx.Optimizer, optax.adam(LEARNING_RATES[0]))
+    assert_tree_allclose(one_step(Optimizer, dropin.adam(LEARNING_RATES[0])), expected, rtol=0, atol=0)
 
 
 # --------------------------------------------------------------------------
