@@ -19,11 +19,11 @@ import functools
 import importlib
 import inspect
 import typing
-import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from ._caches import cache
+from ._quiet import quietly
 
 _EMPTY = inspect.Parameter.empty
 MARK = "__optax_pytree_factory__"  # set by @pytree_transformation on its result
@@ -287,13 +287,12 @@ def factory_info(factory: Any) -> FactoryInfo:
 
 
 def call_quietly(info: FactoryInfo, values: dict[str, Any]) -> Any:
-    """``info.call(values)`` with its construction warnings dropped (a rebuild, a probe run).
+    """``info.call(values)`` with its warnings, log lines and output dropped (a rebuild, a probe run).
 
-    ``wrap`` itself calls the factory plainly, once per call: what it warns
-    reaches the user as optax warns it.
+    ``wrap`` itself calls the factory plainly, once per call: what it warns,
+    logs or prints reaches the user as with optax (see ``_quiet``).
     """
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with quietly():
         return info.call(values)
 
 

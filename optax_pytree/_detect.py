@@ -32,8 +32,6 @@ from __future__ import annotations
 # pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 import functools
 import inspect
-import logging
-import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -42,7 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from . import _bind, _checks, _detach, _expr, _guard, _static
+from . import _bind, _checks, _detach, _expr, _guard, _quiet, _static
 from ._bind import FactoryInfo
 from ._leaves import is_tracer, value_as_given, value_as_static
 from ._vocabulary import Kind, Level, Mode, Phase
@@ -235,20 +233,14 @@ class Probe:
             jax.ShapeDtypeStruct((), jnp.int32),
             jax.ShapeDtypeStruct((), jnp.float32),
         )
-        absl = logging.getLogger("absl")
-        absl_level = absl.level
         error: BaseException | None = None
         try:
             # The factory's warnings and log lines are the user's to see once,
             # when they use it, not once per probe run.
-            absl.setLevel(logging.ERROR)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
+            with _quiet.quietly():
                 jax.eval_shape(fn, *args)
         except Exception as e:  # noqa: BLE001 - any failure counts: that is the point
             error = e
-        finally:
-            absl.setLevel(absl_level)
         return Run(error, holder[-1] if holder else None)
 
     def baseline(self) -> bool:

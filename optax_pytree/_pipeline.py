@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from . import _bind, _build, _checks, _detect, _expr, _leaves, _spec, _verify
+from . import _bind, _build, _checks, _detect, _expr, _leaves, _quiet, _spec, _verify
 from ._bind import FactoryInfo, is_wrapped
 from ._classify import Classified, Options, classify
 from ._detect import Analysis
@@ -314,7 +314,8 @@ def _find_analysis(
             warnings.simplefilter("ignore")
             kind = _call_factory(info, classified, base)
         assert kind is not None
-    analysis = _analyse(info, classified, base, kind)
+    with _quiet.quietly():  # the library's runs of the factory: nothing shows (``_quiet``)
+        analysis = _analyse(info, classified, base, kind)
     _spec.remember(classified.analysis_key, analysis)
     return analysis
 

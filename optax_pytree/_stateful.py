@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from . import _bind, _leaves
+from . import _bind, _leaves, _quiet
 from ._bind import is_wrapped
 from ._tree import PyTreeTransformation, argument_names, name_of
 from ._wrap import Names, P, Transformation, wrap_transformation_as_pytree
@@ -272,7 +272,8 @@ class PyTreeTransformationWithState:
         params = self._aux.params
         if params is None:
             return
-        expected = jax.eval_shape(new.init, params.abstract())
+        with _quiet.quietly():  # the library's check, not the user's init: nothing shows
+            expected = jax.eval_shape(new.init, params.abstract())
         same_structure = jax.tree_util.tree_structure(self._state) == jax.tree_util.tree_structure(expected)
         if not same_structure or _dtypes(self._state) != _dtypes(expected):
             changed = ", ".join(f"{k}={v!r}" for k, v in changes.items())

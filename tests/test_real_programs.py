@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import functools
+import logging
 import pickle
+import subprocess
+import sys
+import textwrap
+import threading
 from typing import Any
 
 import chex
@@ -147,3 +152,87 @@ def test_inject_hyperparams_pickles_and_keeps_optax_checks() -> None:
     assert again.nesterov is True and "nesterov" in again.static_argnames
     with pytest.raises(ValueError, match="static_args"):
         dropin.inject_hyperparams(dropin.adam, static_args=("no_such_argument",))
+
+
+# --------------------------------------------------------------------------
+# The library's own runs of a factory (probe, verification, rebuilds) show nothing.
+
+_OUTPUT_SCRIPT = """
+import logging, sys, warnings
+import jax, jax.numpy as jnp
+from absl import logging as absl_logging
+import {module} as optax
+
+warnings.simplefilter("always")
+logging.basicConfig(stream=sys.stdout, level=logging.INFO, format="%(levelname)s:%(name)s:%(message)s")
+absl_logging.set_verbosity(absl_logging.INFO)
+log = logging.getLogger("user")
+
+def make(learning_rate):
+    print("factory", learning_rate)
+    log.info("factory log")
+    inner = optax.sgd(learning_rate)
+    def init(params):
+        print("init")
+        log.warning("init log")
+        warnings.warn("init warning")
+        return inner.init(params)
+    def update(updates, state, params=None):
+        print("update")
+        return inner.update(updates, state, params)
+    return optax.GradientTransformation(init, update)
+
+if optax.__name__ != "optax":
+    import optax_pytree as opx
+    make = opx.pytree_transformation(make)
+params = {{"w": jnp.ones(3)}}
+synced = optax.LookaheadParams.init_synced(params)
+for tx, given in (
+    (optax.lookahead(optax.adam(2e-3), 5, 0.1), synced),       # absl warns in its init
+    (optax.sgd(optax.polynomial_schedule(1.0, 0.1, 2.0, 0)), params),  # absl info when made
+    (make(0.1), params),
+):
+    print("made")
+    state = tx.init(params)
+    print("initialized")
+    for _ in range(2):
+        _, state = tx.update(params, state, given)
+    print("updated")
+"""
+
+
+def _output(module: str) -> str:
+    script = textwrap.dedent(_OUTPUT_SCRIPT).format(module=module)
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    return result.stdout + result.stderr
+
+
+def test_probing_shows_nothing_the_program_sees_what_optax_shows() -> None:
+    plain_output = _output("optax")
+    assert "has no attribute `fast`" in plain_output and "polynomial schedule" in plain_output
+    assert _output("optax_pytree.optax") == plain_output
+
+
+def test_quiet_runs_drop_only_their_own_threads_output(caplog: pytest.LogCaptureFixture) -> None:
+    from optax_pytree import _quiet
+
+    log = logging.getLogger("optax_pytree_test")
+    inside, outside = threading.Event(), threading.Event()
+
+    def other_thread() -> None:
+        inside.wait()
+        log.warning("from another thread")
+        outside.set()
+
+    thread = threading.Thread(target=other_thread)
+    thread.start()
+    with caplog.at_level(logging.INFO), _quiet.quietly():
+        log.warning("from the quiet block")
+        inside.set()
+        outside.wait()
+    thread.join()
+    log.warning("after the block")
+    assert [r.getMessage() for r in caplog.records] == ["from another thread", "after the block"]
