@@ -28,7 +28,7 @@ import logging
 import sys
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Generator
 from typing import Any, TextIO
 
 _STATE = threading.local()  # .depth: how many quiet blocks this thread is in
@@ -116,7 +116,7 @@ def _remove_streams() -> None:
 
 
 @contextlib.contextmanager
-def quietly() -> Iterator[None]:
+def quietly() -> Generator[None, None, None]:
     """Runs the block with this thread's warnings, log records and output dropped."""
     depth = getattr(_STATE, "depth", 0)
     if depth:
