@@ -144,15 +144,16 @@ def _analyse(info: FactoryInfo, classified: Classified, base: dict[str, Any], ki
                 # Forced dynamic, and the build fails with it traced: the error
                 # at trace time names it (no detection was asked for).
                 return last
-            raise TypeError(
-                f"{info.name}: the wrapped build computes other numbers than the factory with the "
-                f"same values ({found}), "
-                + (
-                    f"because of {_bind.which(forced)} forced dynamic; let it be static"
-                    if forced
-                    else "even with every numeric argument static: it is not a pure function of "
-                    "its arguments (wrapped factories must be, as for optax.inject_hyperparams)"
+            if forced:
+                raise ForcedDynamicError(
+                    f"{info.name}: the wrapped build computes other numbers than the factory with the "
+                    f"same values ({found}), because of {_bind.which(forced)} forced dynamic; let it "
+                    "be static"
                 )
+            raise Degrade(
+                _not_static(classified),
+                "optax_pytree could not rebuild it from leaves that compute what it computes with "
+                f"the values given, even with every numeric argument static ({found})",
             )
         while hi - lo > 1:
             mid = (lo + hi) // 2
@@ -171,6 +172,27 @@ def _analyse(info: FactoryInfo, classified: Classified, base: dict[str, Any], ki
 
 
 _FAILS = "it fails: "
+
+
+def _not_static(classified: Classified) -> tuple[str, ...]:
+    """The numeric arguments and children: what degrading a whole configuration makes static."""
+    return tuple(n for n, r in classified.roles.items() if r != Role.STATIC)
+
+
+class ForcedDynamicError(TypeError):
+    """An argument the user forced dynamic cannot be: their choice, so an error."""
+
+
+class Degrade(Exception):
+    """The mechanism cannot honour ``names`` for these values: they become static (``make``)."""
+
+    def __init__(self, names: tuple[str, ...], why: str, remember: bool = True):
+        super().__init__(why)
+        self.names = names
+        self.why = why
+        self.remember = remember  # for the whole configuration (else these values only)
+
+
 _SPECIALIZED = "it takes as a leaf an exponent XLA specializes as a constant: "
 
 
@@ -314,8 +336,14 @@ def _find_analysis(
             warnings.simplefilter("ignore")
             kind = _call_factory(info, classified, base)
         assert kind is not None
-    with _quiet.quietly():  # the library's runs of the factory: nothing shows (``_quiet``)
-        analysis = _analyse(info, classified, base, kind)
+    try:
+        with _quiet.quietly():  # the library's runs of the factory: nothing shows (``_quiet``)
+            analysis = _analyse(info, classified, base, kind)
+    except (Degrade, ForcedDynamicError):
+        raise
+    except Exception as e:  # a failure of the mechanism itself: degrade, never refuse
+        why = f"optax_pytree's analysis of it failed ({type(e).__name__}: {_build.first_line(str(e))})"
+        raise Degrade(_not_static(classified), why) from e
     _spec.remember(classified.analysis_key, analysis)
     return analysis
 
@@ -336,6 +364,20 @@ def _check_leaves(info: FactoryInfo, classified: Classified, analysis: Analysis)
     if any(_leaves.is_tracer(v) for v in guarded.values()):
         return
     host = {n: _leaves.value_as_leaf(v) for n, v in guarded.items()}
+    bad = _checks.mismatches(analysis.guards, host)
+    names = tuple(sorted(_expr.key_names(bad[0][0]))) if bad else ()
+    if bad and not classified.options.dynamic and all(np.ndim(host[n]) == 0 for n in names):
+        # Plain optax takes the value as given; as a leaf it would take another
+        # branch (float32 round-off): static, these values only. (A batch of
+        # values on several branches, from grid or stack, is refused below.)
+        key, recorded, got = bad[0]
+        raise Degrade(
+            names,
+            f"{_bind.which(names)} as a {np.dtype(np.asarray(host[names[0]]).dtype).name} leaf takes "
+            f"another branch than the value given ({_expr.key_text(key)} is "
+            f"{_checks.value_text(got)} for the leaf, {recorded} for the value)",
+            remember=False,
+        )
     _checks.check(
         info.name,
         analysis.guards,
@@ -358,14 +400,67 @@ def make(
     ``kept``: for ``replace``, (the replaced object's core, the names changed); the carried values of its
     expressions whose arguments did not change are kept (they were computed
     from Python values that its leaves no longer tell exactly).
+
+    Never refuses what plain optax accepts: where the mechanism cannot honour
+    a part of the configuration (the verification finds a difference it
+    cannot bisect to a numeric argument, the analysis itself fails, a value
+    whose leaf would take another branch), that part becomes static, with one
+    warning that says which and why, and the object works as plain optax
+    does (a new value of a static argument is a new compilation).
     """
+    try:
+        return _make(info, arguments, options, previous, kept, quiet=False)
+    except Degrade as d:
+        names = [n for n in d.names if n in arguments]
+        if d.remember:
+            _spec.remember_degraded(classify(info, arguments, options).analysis_key, (tuple(names), d.why))
+        _warn_degraded(info, names, d.why)
+        return _make(info, arguments, options.with_marks(names, ()), previous, kept, quiet=True)
+
+
+def _warn_degraded(info: FactoryInfo, names: list[str], why: str) -> None:
+    warnings.warn(
+        f"optax_pytree: {info.name}: {why}; so {_bind.which(names)} "
+        f"{'is' if len(names) == 1 else 'are'} static for these values: the object computes what "
+        "plain optax computes, and a new value of a static argument is a new compilation",
+        stacklevel=_user_stacklevel(),
+    )
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` of the first frame outside optax_pytree (the user's call)."""
+    import sys
+
+    frame, level = sys._getframe(1), 1  # pyright: ignore[reportPrivateUsage]
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("optax_pytree."):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def _make(
+    info: FactoryInfo,
+    arguments: dict[str, Any],
+    options: Options,
+    previous: _spec.Spec | None,
+    kept: Any,
+    quiet: bool,
+) -> Made:
     classified = classify(info, arguments, options)
+    degraded = _spec.degraded(classified.analysis_key)
+    if degraded is not None:  # the mechanism could not honour this configuration: static
+        options = options.with_marks(degraded[0], ())
+        classified = classify(info, arguments, options)
     base = _base(classified)
     # Traced values (wrap or replace inside jit, optax.inject_hyperparams
     # calling a drop-in factory) are no Python values to check: the factory
     # is called with them for its warnings only (as optax would warn), its
-    # failures on tracers left to the analysis.
-    kind = _call_factory(info, classified, base, tolerant=bool(_traced(classified)))
+    # failures on tracers left to the analysis. A second call (a degraded
+    # configuration made again) is quiet: the user saw the first.
+    if quiet:
+        with _quiet.quietly():
+            kind = _call_factory(info, classified, base, tolerant=bool(_traced(classified)))
+    else:
+        kind = _call_factory(info, classified, base, tolerant=bool(_traced(classified)))
     analysis = _find_analysis(info, classified, previous, base, kind)
     _check_leaves(info, classified, analysis)
     spec = _spec.spec_for(info, classified, analysis)

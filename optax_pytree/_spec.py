@@ -223,4 +223,17 @@ def remember_verified_static(key: Any, names: tuple[str, ...]) -> None:
     _VERIFIED_STATIC.set(key, names)  # grows as bisection finds each argument
 
 
+# Configurations the mechanism could not honour (``_pipeline.Degrade``): the
+# arguments made static, and why (said once, when found).
+_DEGRADED = cache("analysis key -> (the arguments made static, why)", 1024)
+
+
+def degraded(key: Any) -> tuple[tuple[str, ...], str] | None:
+    return _DEGRADED.get(key)
+
+
+def remember_degraded(key: Any, found: tuple[tuple[str, ...], str]) -> None:
+    _DEGRADED.set(key, found)
+
+
 __all__ = ["Spec", "clear_caches", "spec_for"]

@@ -15,6 +15,7 @@ import jax
 import numpy as np
 
 from . import _leaves
+from ._bind import Wrapped
 
 
 class _ByIdentity:
@@ -73,6 +74,9 @@ def freeze(value: Any) -> Any:
     """
     if isinstance(value, (np.ndarray, jax.Array)):
         return _freeze_leaf(value)
+    if isinstance(value, Wrapped):  # a wrapped child made static: by its treedef and leaf values
+        leaves, treedef = jax.tree_util.tree_flatten(value)
+        return ("wrapped", treedef, tuple(_freeze_leaf(leaf) for leaf in leaves))
     # Plain containers keep their order (dicts included: optax.monitor builds
     # its state in the order of its dict), which JAX's flattening would sort.
     if isinstance(value, (float, complex, np.inexact)):

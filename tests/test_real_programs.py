@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import warnings
 from typing import Any
 
 import chex
@@ -21,6 +22,7 @@ from helpers import PARAMS, assert_tree_allclose, loss
 
 import optax_pytree as opx
 import optax_pytree.optax as dropin
+from optax_pytree import _caches
 
 
 def _steps(tx: Any, params: Any, n: int) -> tuple[Any, Any]:
@@ -236,3 +238,76 @@ def test_quiet_runs_drop_only_their_own_threads_output(caplog: pytest.LogCapture
     thread.join()
     log.warning("after the block")
     assert [r.getMessage() for r in caplog.records] == ["from another thread", "after the block"]
+
+
+# --------------------------------------------------------------------------
+# Never refuse what plain optax accepts: a part the mechanism cannot honour is static.
+
+
+@pytest.fixture
+def fresh_caches() -> Any:
+    """Forgets every cached analysis before and after (a planted failure must not outlive its test)."""
+    _caches.clear_caches()
+    yield
+    _caches.clear_caches()
+
+
+def _accumulating(optax: Any, peak: float) -> Any:
+    schedule = optax.warmup_cosine_decay_schedule(0.0, peak, 3, 12)
+    return optax.MultiSteps(optax.adam(schedule), every_k_schedule=2)
+
+
+@pytest.mark.usefixtures("fresh_caches")
+@pytest.mark.parametrize("plant", ["difference", "crash"])
+def test_a_failure_of_the_mechanism_degrades_to_static_with_one_warning(
+    plant: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from optax_pytree import _detect, _pipeline
+
+    if plant == "difference":  # the verification finds a difference no argument explains
+        real = _pipeline._difference  # pyright: ignore[reportPrivateUsage]
+
+        def planted(info: Any, *args: Any) -> Any:
+            return "planted" if info.name == "optax.MultiSteps" else real(info, *args)
+
+        monkeypatch.setattr(_pipeline, "_difference", planted)
+    else:  # the analysis itself raises
+        real_analyse = _detect.analyse
+
+        def crash(info: Any, *args: Any, **kwargs: Any) -> Any:
+            if info.name == "optax.MultiSteps":
+                raise RuntimeError("planted")
+            return real_analyse(info, *args, **kwargs)
+
+        monkeypatch.setattr(_detect, "analyse", crash)
+    jitted, traces = _counting_jit(_five_steps)
+    for i, peak in enumerate((0.01, 0.02)):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            tx = _accumulating(dropin, peak)
+        messages = [str(w.message) for w in caught]
+        if i == 0:  # one warning, naming the part made static and why
+            assert len(messages) == 1, messages
+            assert "optax.MultiSteps" in messages[0] and "planted" in messages[0]
+            assert "['every_k_schedule', 'opt'] are static" in messages[0]
+            assert caught[0].filename == __file__  # at the user's line
+        else:  # the configuration is known: no warning again
+            assert messages == []
+        assert set(tx.static_argnames) >= {"opt", "every_k_schedule"}
+        chex.assert_trees_all_equal(_steps(tx, PARAMS, 4), _steps(_accumulating(plain, peak), PARAMS, 4))
+        expected = jax.jit(functools.partial(_five_steps, _accumulating(plain, peak)))(PARAMS)
+        assert_tree_allclose(jitted(tx, PARAMS), expected)
+    assert len(traces) == 2  # static: a new value is a new compilation, as with plain optax
+
+
+@pytest.mark.usefixtures("fresh_caches")
+def test_a_value_whose_leaf_takes_another_branch_is_static_with_a_warning() -> None:
+    opx.wrap(plain.warmup_cosine_decay_schedule, 0.0, 1e-3, 10, 100)  # the branch peak_value != 0
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        schedule = dropin.warmup_cosine_decay_schedule(0.0, 1e-46, 10, 100)  # 0.0 in float32
+    assert len(caught) == 1 and "'peak_value'" in str(caught[0].message)
+    assert "peak_value" in schedule.static_argnames
+    expected = plain.warmup_cosine_decay_schedule(0.0, 1e-46, 10, 100)
+    for count in (0, 5, 10, 50, 100):
+        chex.assert_trees_all_equal(schedule(count), expected(count))
