@@ -158,6 +158,10 @@ class FactoryInfo:
                 self.keyword.append(p.name)
         self._name: str | None = None
         self._annotations: dict[str, Any] | None = None
+        # The factory as part of a configuration's key: compared by what makes
+        # it (``_static.freeze``), so that a builder's fresh closure is the same
+        # factory; set by ``_classify.factory_key``.
+        self.key: Any = None
 
     @property
     def name(self) -> str:
@@ -319,10 +323,12 @@ class FactoryRef:
 
 
 def _resolves(module: str, qualname: str, f: Any) -> bool:
+    """Whether ``module.qualname`` is ``f`` (or ``f`` decorated by ``pytree_transformation``)."""
     try:
-        return resolve_factory(module, qualname) is f
+        found = resolve_factory(module, qualname)
     except Exception:  # noqa: BLE001 - any failure to import or look it up: not by name
         return False
+    return found is f or getattr(found, MARK, None) is f
 
 
 def identity(x: Any) -> Any:

@@ -339,6 +339,14 @@ class Classified:
         self.options: Options = NO_OPTIONS
 
 
+def factory_key(info: FactoryInfo) -> Any:
+    """The factory as configurations key it: by what makes it (a builder's fresh closure is the same)."""
+    key = info.key
+    if key is None:
+        key = info.key = _static.freeze(info.factory)
+    return key
+
+
 def classify(info: FactoryInfo, arguments: dict[str, Any], options: Options) -> Classified:
     out = Classified()
     marked_static, marked_dynamic = [], []
@@ -406,7 +414,7 @@ def classify(info: FactoryInfo, arguments: dict[str, Any], options: Options) -> 
             key_parts.append((name, role, _static.freeze(value)))
         out.roles[name] = role
         out.values[name] = value
-    out.key = (info.factory, tuple(key_parts), options.key())
+    out.key = (factory_key(info), tuple(key_parts), options.key())
     out.analysis_key = (out.key, tuple(given))
     out.python = python
     return out

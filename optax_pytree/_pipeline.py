@@ -332,8 +332,7 @@ def _find_analysis(
     if kind is None:
         # The factory failed on traced values: called again to say why (its
         # warnings were given by that first call).
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with _quiet.quietly():
             kind = _call_factory(info, classified, base)
         assert kind is not None
     try:
@@ -365,7 +364,7 @@ def _check_leaves(info: FactoryInfo, classified: Classified, analysis: Analysis)
         return
     host = {n: _leaves.value_as_leaf(v) for n, v in guarded.items()}
     bad = _checks.mismatches(analysis.guards, host)
-    names = tuple(sorted(_expr.key_names(bad[0][0]))) if bad else ()
+    names: tuple[str, ...] = tuple(sorted(_expr.key_names(bad[0][0]))) if bad else ()
     if bad and not classified.options.dynamic and all(np.ndim(host[n]) == 0 for n in names):
         # Plain optax takes the value as given; as a leaf it would take another
         # branch (float32 round-off): static, these values only. (A batch of

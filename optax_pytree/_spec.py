@@ -23,7 +23,7 @@ from . import _expr, _leaves, _static
 from ._bind import FactoryInfo
 from ._caches import cache
 from ._caches import clear_caches as clear_caches  # the name benchmarks/versus.py looks up
-from ._classify import Classified, Options, Template
+from ._classify import Classified, Options, Template, factory_key
 from ._detect import Analysis
 from ._leaves import value_as_static
 from ._vocabulary import Mode, Role
@@ -134,7 +134,7 @@ class Spec:
             else:
                 parts.append((name, role))
         self.key = (
-            info.factory,
+            factory_key(info),
             self.kind,
             tuple(parts),
             self.detected,

@@ -1,14 +1,33 @@
-"""Static (aux-data) values compared by value, unhashable ones included.
+"""Static (aux-data) values compared by value, unhashable ones and callables included.
 
 JAX compares the aux data of two treedefs with ``==`` and hashes it to key the
 ``jit`` cache, so aux data "*must* be static, hashable, immutable objects". A
 mask given as a dict of bools is none of these: ``freeze`` maps any static
 value to a hashable key that compares by value, so two equal masks built
 separately give equal treedefs (and one compilation).
+
+Callables too. A program builds its optimizer in a function called once per
+trial (``make_optimizer(config)``), and writes the weight-decay mask, the
+label function or the schedule there, as a ``lambda``, a
+``functools.partial`` or a closure over the config: a new object on every
+call. ``jax.jit``'s static arguments, equinox's ``filter_jit`` and flax's
+graphdefs compare such functions by identity, so every call is a new
+program. Here two functions are the same static value when they are made by
+the same code (``__code__``) in the same module (the same globals), with equal
+defaults, equal attributes and closure cells equal by these same rules
+(numbers by their bits, strings, containers item by item, arrays by
+content, nested functions and partials recursively, wrapped objects by
+treedef and leaves); a bound method also needs the same ``self``;
+``functools.partial`` and ``jax.tree_util.Partial`` compare by function,
+arguments and keywords. Whatever these rules cannot compare (an object
+that is neither hashable nor a pytree, a function that reaches itself) is
+compared by identity, so two callables are never wrongly equal.
 """
 
 from __future__ import annotations
 
+import functools
+import types
 from typing import Any
 
 import jax
@@ -62,16 +81,74 @@ def _freeze_leaf(x: Any) -> Any:
     return (type(x), x)
 
 
+class _EmptyCell:
+    """The contents of a closure cell not yet assigned."""
+
+    def __repr__(self) -> str:
+        return "<empty cell>"
+
+
+_EMPTY_CELL = _EmptyCell()
+
+
+def _function_key(f: types.FunctionType, seen: frozenset[int]) -> Any:
+    """A function by its code, module, defaults, attributes and closure cells (see the module)."""
+    seen = seen | {id(f)}
+    cells = []
+    for cell in f.__closure__ or ():
+        try:
+            contents = cell.cell_contents
+        except ValueError:  # not assigned yet
+            contents = _EMPTY_CELL
+        cells.append(_freeze(contents, seen))
+    return (
+        "function",
+        f.__code__,
+        _ByIdentity(f.__globals__),
+        _freeze(f.__defaults__, seen),
+        _freeze(f.__kwdefaults__, seen),
+        _freeze(f.__dict__, seen) if f.__dict__ else None,
+        tuple(cells),
+    )
+
+
+def _callable_key(value: Any, seen: frozenset[int]) -> Any:
+    """The key of a function, bound method or partial, or None for anything else."""
+    if isinstance(value, types.FunctionType):
+        if id(value) in seen:  # it reaches itself (a recursive closure): by identity
+            return _ByIdentity(value)
+        return _function_key(value, seen)
+    if isinstance(value, types.MethodType):
+        return ("method", _freeze(value.__func__, seen), _ByIdentity(value.__self__))
+    if isinstance(value, functools.partial):  # jax.tree_util.Partial too
+        if id(value) in seen:
+            return _ByIdentity(value)
+        seen = seen | {id(value)}
+        return (
+            type(value),
+            _freeze(value.func, seen),
+            _freeze(value.args, seen),
+            _freeze(value.keywords, seen),
+            _freeze(value.__dict__, seen) if getattr(value, "__dict__", None) else None,
+        )
+    return None
+
+
 def freeze(value: Any) -> Any:
     """Returns a hashable key that is equal for equal static values.
 
     Hashable values are keyed by ``(type, value)``, so ``1``, ``1.0`` and
     ``True`` stay distinct. Dicts, lists and tuples are keyed item by item, in
-    order. Unhashable values (dicts, lists, arrays, custom
-    pytrees of bools such as optax masks) are flattened with JAX and keyed by
-    their treedef and the frozen leaves. What still cannot be hashed is keyed
-    by identity.
+    order. Functions, bound methods and partials are keyed by what makes them
+    (see the module docstring). Unhashable values (dicts, lists, arrays,
+    custom pytrees of bools such as optax masks) are flattened with JAX and
+    keyed by their treedef and the frozen leaves. What still cannot be hashed
+    is keyed by identity.
     """
+    return _freeze(value, frozenset())
+
+
+def _freeze(value: Any, seen: frozenset[int]) -> Any:
     if isinstance(value, (np.ndarray, jax.Array)):
         return _freeze_leaf(value)
     if isinstance(value, Wrapped):  # a wrapped child made static: by its treedef and leaf values
@@ -83,7 +160,11 @@ def freeze(value: Any) -> Any:
         return _number_key(value)
     if type(value) in (dict, list, tuple):
         items = value.items() if isinstance(value, dict) else enumerate(value)
-        return (type(value), tuple((k, freeze(v)) for k, v in items))
+        return (type(value), tuple((k, _freeze(v, seen)) for k, v in items))
+    if callable(value):
+        key = _callable_key(value, seen)
+        if key is not None:
+            return key
     try:
         hash(value)
     except TypeError:
