@@ -370,9 +370,10 @@ def _check_leaves(info: FactoryInfo, classified: Classified, analysis: Analysis)
         # branch (float32 round-off): static, these values only. (A batch of
         # values on several branches, from grid or stack, is refused below.)
         key, recorded, got = bad[0]
+        dtype = np.asarray(next(host[n] for n in names)).dtype
         raise Degrade(
             names,
-            f"{_bind.which(names)} as a {np.dtype(np.asarray(host[names[0]]).dtype).name} leaf takes "
+            f"{_bind.which(names)} as a {dtype.name} leaf takes "
             f"another branch than the value given ({_expr.key_text(key)} is "
             f"{_checks.value_text(got)} for the leaf, {recorded} for the value)",
             remember=False,
