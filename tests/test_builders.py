@@ -1,0 +1,189 @@
+"""A sweep through the user's own builder compiles once (issue 23).
+
+Programs build their optimizer in a function called once per trial, and write
+the weight-decay mask, the label function or the schedule there: a fresh
+``lambda``, ``functools.partial`` or closure on every call. Two callables made
+by the same code from equal captured values are one static value (see
+``optax_pytree._static``), so the builder's objects share one treedef; other
+captured values are another treedef, with plain optax's numbers for them.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import chex
+import jax
+import jax.numpy as jnp
+import optax as plain
+import pytest
+
+import optax_pytree.optax as dropin
+from optax_pytree._static import freeze
+
+PARAMS = {"kernel": jnp.linspace(-1.0, 1.0, 6).reshape(3, 2), "bias": jnp.array([0.1, -0.2])}
+GRADS = jax.tree_util.tree_map(lambda x: 0.3 * x + 0.05, PARAMS)
+RATES = (1e-3, 3e-3, 1e-2)
+
+
+def _decays(params: Any, names: tuple[str, ...]) -> Any:
+    return {k: k in names for k in params}
+
+
+# Each builder takes the optax module (plain or the drop-in), the swept rate,
+# and the captured value that is the same for every call of a sweep.
+def lambda_mask(optax: Any, rate: float, min_ndim: int = 2) -> Any:
+    return optax.adamw(rate, weight_decay=0.1, mask=lambda p: jax.tree.map(lambda x: x.ndim >= min_ndim, p))
+
+
+def partial_mask(optax: Any, rate: float, names: tuple[str, ...] = ("kernel",)) -> Any:
+    return optax.adamw(rate, weight_decay=0.1, mask=functools.partial(_decays, names=names))
+
+
+def closure_over_a_list(optax: Any, rate: float, names: tuple[str, ...] = ("kernel",)) -> Any:
+    layers = list(names)  # a list, unhashable: compared item by item
+
+    def mask(params: Any) -> Any:
+        return {k: k in layers for k in params}
+
+    return optax.adamw(rate, weight_decay=0.1, mask=mask)
+
+
+def label_function(optax: Any, rate: float, frozen: str = "bias") -> Any:
+    return optax.multi_transform(
+        {"train": optax.adam(rate), "freeze": optax.set_to_zero()},
+        lambda p: {k: "freeze" if k == frozen else "train" for k in p},
+    )
+
+
+def schedule_closure(optax: Any, rate: float, half_life: float = 4.0) -> Any:
+    # A decay closed over the config (as big_vision's builder makes it); the
+    # swept rate is a leaf of its own.
+    return optax.chain(
+        optax.scale_by_adam(),
+        optax.scale_by_schedule(lambda count: 1.0 / (1.0 + count / half_life)),
+        optax.scale(-rate),
+    )
+
+
+def skip_function(optax: Any, rate: float, bound: float = 1e3) -> Any:
+    def should_skip(updates: Any, gradient_step: Any, params: Any) -> Any:
+        del gradient_step, params
+        norm = optax.tree.norm(updates) if hasattr(optax, "tree") else optax.global_norm(updates)
+        return norm > bound, {"norm": norm}
+
+    return optax.MultiSteps(optax.sgd(rate), every_k_schedule=2, should_skip_update_fn=should_skip)
+
+
+BUILDERS: dict[str, Callable[..., Any]] = {
+    "lambda_mask": lambda_mask,
+    "partial_mask": partial_mask,
+    "closure_over_a_list": closure_over_a_list,
+    "label_function": label_function,
+    "schedule_closure": schedule_closure,
+    "skip_function": skip_function,
+}
+# Another captured value for each: another treedef.
+OTHER = {
+    "lambda_mask": {"min_ndim": 1},
+    "partial_mask": {"names": ("kernel", "bias")},
+    "closure_over_a_list": {"names": ("bias",)},
+    "label_function": {"frozen": "kernel"},
+    "schedule_closure": {"half_life": 2.0},
+    "skip_function": {"bound": 1e-3},
+}
+
+
+def _steps(tx: Any, steps: int = 3) -> Any:
+    params, state = PARAMS, tx.init(PARAMS)
+    for _ in range(steps):
+        updates, state = tx.update(GRADS, state, params)
+        params = plain.apply_updates(params, updates)
+    return params, state
+
+
+@pytest.mark.parametrize("name", list(BUILDERS))
+def test_a_sweep_through_the_builder_compiles_once(name: str) -> None:
+    build = BUILDERS[name]
+    traces: list[int] = []
+
+    @jax.jit
+    def step(tx: Any, params: Any, state: Any) -> Any:
+        traces.append(1)
+        updates, state = tx.update(GRADS, state, params)
+        return plain.apply_updates(params, updates), state
+
+    for rate in RATES:
+        tx = build(dropin, rate)
+        params, _ = step(tx, PARAMS, tx.init(PARAMS))
+        plain_tx = build(plain, rate)
+        expected = plain.apply_updates(PARAMS, plain_tx.update(GRADS, plain_tx.init(PARAMS), PARAMS)[0])
+        chex.assert_trees_all_close(params, expected, rtol=1e-6, atol=1e-7)
+    assert len(traces) == 1
+
+
+@pytest.mark.parametrize("name", list(BUILDERS))
+def test_other_captured_values_are_another_configuration_with_optax_numbers(name: str) -> None:
+    build, other = BUILDERS[name], OTHER[name]
+    same, changed = build(dropin, RATES[0]), build(dropin, RATES[0], **other)
+    assert jax.tree_util.tree_structure(build(dropin, RATES[1])) == jax.tree_util.tree_structure(same)
+    assert jax.tree_util.tree_structure(changed) != jax.tree_util.tree_structure(same)
+    chex.assert_trees_all_equal(_steps(changed), _steps(build(plain, RATES[0], **other)))
+    chex.assert_trees_all_equal(_steps(same), _steps(build(plain, RATES[0])))
+
+
+class _Opaque:
+    """Neither hashable nor a pytree: nothing to compare by value."""
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __eq__(self, other: object) -> bool:
+        raise TypeError("not comparable")
+
+
+def test_a_closure_over_an_uncomparable_object_is_compared_by_identity() -> None:
+    def build(rate: float, thing: Any) -> Any:
+        return dropin.adamw(
+            rate, weight_decay=0.1, mask=lambda p: jax.tree.map(lambda _: thing is not None, p)
+        )
+
+    shared = _Opaque()
+    a, b, c = build(1e-3, shared), build(3e-3, shared), build(1e-3, _Opaque())
+    assert jax.tree_util.tree_structure(a) == jax.tree_util.tree_structure(b)
+    assert jax.tree_util.tree_structure(a) != jax.tree_util.tree_structure(c)
+
+
+def test_what_makes_two_callables_the_same_static_value() -> None:
+    def make(scale: Any) -> Any:
+        return lambda x: x * scale
+
+    assert freeze(make(2.0)) == freeze(make(2.0))
+    assert freeze(make(2.0)) != freeze(make(2))  # 2.0 and 2: other numbers
+    assert freeze(make(0.0)) != freeze(make(-0.0))  # by their bits
+    assert freeze(make(jnp.ones(3))) == freeze(make(jnp.ones(3)))  # arrays by content
+    assert freeze(make(jnp.ones(3))) != freeze(make(jnp.zeros(3)))
+    assert freeze(make(make(1.0))) == freeze(make(make(1.0)))  # nested functions, recursively
+    assert freeze(functools.partial(make, 1.0)) == freeze(functools.partial(make, 1.0))
+    assert freeze(jax.tree_util.Partial(make, 1.0)) == freeze(jax.tree_util.Partial(make, 1.0))
+    assert freeze(functools.partial(make, 1.0)) != freeze(jax.tree_util.Partial(make, 1.0))
+    assert freeze(lambda x: x) != freeze(lambda x: x)  # other code (two lambdas)
+    sched = dropin.linear_schedule(0.1, 0.0, 10)
+    assert freeze(make(sched)) == freeze(make(dropin.linear_schedule(0.1, 0.0, 10)))  # by leaves
+    assert freeze(make(sched)) != freeze(make(dropin.linear_schedule(0.2, 0.0, 10)))
+
+    class Holder:
+        def method(self) -> None: ...
+
+    one = Holder()
+    assert freeze(one.method) == freeze(one.method)
+    assert freeze(one.method) != freeze(Holder().method)  # the same self, by identity
+
+    def recursive() -> Any:
+        def countdown(n: int) -> int:
+            return countdown(n - 1) if n else 0
+
+        return countdown
+
+    assert freeze(recursive()) != freeze(recursive())  # reaches itself: by identity
