@@ -36,6 +36,9 @@ class Made(NamedTuple):
     leaves: tuple[Any, ...]  # one per dynamic argument or child, in signature order
     exact: Any  # the carried host values (a tuple of vectors), or None
     python: dict[str, Any]  # the Python numbers given, for replace() and pickling
+    # What the factory returned for the values given (a parent's wrap hands it
+    # to its own factory instead of rebuilding this object), or None.
+    plain: Any = None
 
 
 def _statics_of_children(children: Any) -> list[Any]:
@@ -60,8 +63,17 @@ def _base(classified: Classified) -> dict[str, Any]:
     for name, role in classified.roles.items():
         if role == Role.CHILD:
             t = classified.templates.get(name)
-            base[name] = t.merge(base[name], build_child) if t is not None else build_child(base[name])
+            base[name] = t.merge(base[name], plain_child) if t is not None else plain_child(base[name])
     return base
+
+
+def plain_child(w: Any) -> Any:
+    """A wrapped child as its parent's factory takes it: what its own factory returned for
+    the values it was made from, where it still has that; else rebuilt from its leaves."""
+    from ._build import build_child
+
+    plain = w._core.plain if is_wrapped(w) else None
+    return plain if plain is not None else build_child(w)
 
 
 def _traced(classified: Classified) -> list[str]:
@@ -71,7 +83,7 @@ def _traced(classified: Classified) -> list[str]:
 
 def _call_factory(
     info: FactoryInfo, classified: Classified, base: dict[str, Any], tolerant: bool = False
-) -> Kind | None:
+) -> tuple[Kind | None, Any]:
     """Calls the factory with the values given, as optax would be called: its checks, its
     exceptions and its warnings happen here, on every wrap. Returns the kind of its result.
 
@@ -84,7 +96,7 @@ def _call_factory(
         result = info.call(base)
     except Exception as e:
         if tolerant:
-            return None
+            return None, None
         traced = _traced(classified)
         if traced and isinstance(e, (jax.errors.ConcretizationTypeError, TypeError)):
             raise TypeError(
@@ -107,7 +119,7 @@ def _call_factory(
             f"optax_pytree.wrap: {info.name} returned {type(result).__name__}, which is neither an "
             "optax transformation (init/update) nor a schedule (a callable of the step count)"
         )
-    return kind
+    return kind, result
 
 
 def _analyse(info: FactoryInfo, classified: Classified, base: dict[str, Any], kind: Kind) -> Analysis:
@@ -333,7 +345,7 @@ def _find_analysis(
         # The factory failed on traced values: called again to say why (its
         # warnings were given by that first call).
         with _quiet.quietly():
-            kind = _call_factory(info, classified, base)
+            kind = _call_factory(info, classified, base)[0]
         assert kind is not None
     try:
         with _quiet.quietly():  # the library's runs of the factory: nothing shows (``_quiet``)
@@ -456,11 +468,12 @@ def _make(
     # is called with them for its warnings only (as optax would warn), its
     # failures on tracers left to the analysis. A second call (a degraded
     # configuration made again) is quiet: the user saw the first.
+    traced = bool(_traced(classified))
     if quiet:
         with _quiet.quietly():
-            kind = _call_factory(info, classified, base, tolerant=bool(_traced(classified)))
+            kind, result = _call_factory(info, classified, base, tolerant=traced)
     else:
-        kind = _call_factory(info, classified, base, tolerant=bool(_traced(classified)))
+        kind, result = _call_factory(info, classified, base, tolerant=traced)
     analysis = _find_analysis(info, classified, previous, base, kind)
     _check_leaves(info, classified, analysis)
     spec = _spec.spec_for(info, classified, analysis)
@@ -468,7 +481,10 @@ def _make(
     leaves, exact = _leaves_and_exact(
         spec, classified, _host_values(spec, base, kept) if spec.carried else {}
     )
-    return Made(spec, leaves, exact, python)
+    plain = None
+    if not traced and kind is not None:  # concrete: what a parent's factory takes (``plain_child``)
+        plain = _detect.as_transformation(result) if kind is Kind.TRANSFORMATION else result
+    return Made(spec, leaves, exact, python, plain)
 
 
 def _leaves_and_exact(spec: _spec.Spec, classified: Classified, hosts: dict[Any, Any]) -> tuple[Any, Any]:

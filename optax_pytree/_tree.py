@@ -36,7 +36,7 @@ class Core:
     wrapped object, which JAX rebuilds at every unflatten.
     """
 
-    __slots__ = ("exact", "leaves", "python", "spec")
+    __slots__ = ("exact", "leaves", "plain", "python", "spec")
 
     spec: Spec
     leaves: tuple[Any, ...]  # one per dynamic argument or child, in signature order
@@ -48,6 +48,9 @@ class Core:
     # that a later ``replace`` computes the carried values from them, not
     # from float32 leaves; empty once JAX has rebuilt the object from leaves.
     python: dict[str, Any]
+    # What the factory returned for those Python values (a parent's wrap takes
+    # it as its argument); None once JAX has rebuilt the object from leaves.
+    plain: Any
 
     def argument(self, name: str, build_children: bool = False) -> Any:
         return _build.argument(self.spec, self.leaves, name, build_children)
@@ -398,6 +401,7 @@ def new(
     leaves: tuple[Any, ...],
     exact: Any = None,
     python: dict[str, Any] = _NO_PYTHON,
+    plain: Any = None,
     flat: tuple[Any, ...] | None = None,
 ) -> Any:
     # Also on the dispatch path (every jitted call that returns or rebuilds
@@ -407,6 +411,7 @@ def new(
     core.leaves = leaves
     core.exact = exact
     core.python = python
+    core.plain = plain
     if spec.kind is Kind.TRANSFORMATION:
         obj = _new_tuple(PyTreeTransformation, (core.init, core.update))
     else:
@@ -518,7 +523,7 @@ def with_exact(obj: Any, exact: Any) -> Any:
     exact = tuple(_leaves.restored_leaf(old, x) for old, x in zip(core.exact, exact))
     if _build.fresh(core.spec, core.leaves, exact) is not True:
         return obj
-    return new(core.spec, core.leaves, exact, core.python)
+    return new(core.spec, core.leaves, exact, core.python, core.plain)
 
 
 __all__ = [
