@@ -24,9 +24,11 @@ from ._bind import mark_static
 from ._caches import cache
 from ._expr import (
     ARG,
+    BINARY,
     COMPARE,
     CONST,
     REFLECTED,
+    UNARY,
     Fits,
     Key,
     Truth,
@@ -181,10 +183,34 @@ def _traced_key(key: Key, env: Mapping[str, Any]) -> Any:
         return compile_expr(key.expr)(env) != 0
     if isinstance(key, Fits):
         info = np.iinfo(key.dtype)
-        estimate = compile_expr(key.expr)({n: jnp.asarray(v, jnp.float32) for n, v in env.items()})
+        estimate = _estimate(key.expr, env)
         margin = 1.0 - 2.0**-20
         return jnp.logical_and(estimate >= info.min * margin, estimate <= info.max * margin)
     return _traced_compare(key.op, compile_expr(key.lhs)(env), compile_expr(key.rhs)(env))
+
+
+def _estimate(expr: Any, env: Mapping[str, Any]) -> Any:
+    """An integer expression of traced leaves in float32: no wrap-around, so out of range shows.
+
+    Its bitwise parts that cannot leave the range of their operands (``&``,
+    ``|``, ``^``, ``>>``, ``~``; each operand has a range guard of its own)
+    are computed exactly, in the leaves' dtype; ``a << b`` is ``a * 2 ** b``.
+    """
+    kind = expr[0]
+    if kind == ARG:
+        return jnp.asarray(env[expr[1]], jnp.float32)
+    if kind == CONST:
+        return expr[1]
+    if kind in _BITWISE:
+        return jnp.asarray(compile_expr(expr)(env), jnp.float32)
+    if kind == "lshift":
+        return _estimate(expr[1], env) * 2.0 ** _estimate(expr[2], env)
+    if kind in UNARY:
+        return UNARY[kind](_estimate(expr[1], env))
+    return BINARY[kind](_estimate(expr[1], env), _estimate(expr[2], env))
+
+
+_BITWISE = frozenset(("and", "or", "xor", "rshift", "invert"))
 
 
 def _traced_compare(op: str, a: Any, b: Any) -> Any:

@@ -9,8 +9,10 @@ factory itself is asked.
 The probe runs the factory, then ``init`` and ``update`` of what it returns
 (or the schedule at a step count), under ``jax.eval_shape`` (nothing is
 compiled), on stand-in parameters shaped like the masks and labels found
-anywhere in the configuration (children included), and with each candidate
-argument in one of four modes:
+anywhere in the configuration (children included), then the defaults (ranks
+1 to 4), then shaped like any other tree there (per-parameter
+specifications: ``optax.contrib.muon``'s dimension numbers), and with each
+candidate argument in one of four modes:
 
 - ``Mode.GUARDED``: a :class:`~optax_pytree._guard.Guarded` stand-in, kept in the
   closures (comparisons at construction and at call time are guards);
@@ -155,21 +157,44 @@ def _spec(x: Any) -> Any:
 
 
 def stand_in_params(values: Sequence[Any]) -> list[Any]:
-    """Stand-in parameters shaped like the masks and labels among ``values``.
+    """The stand-in parameters the probe tries, in order: shaped like the masks and
+    labels among ``values``, the default ones, then shaped like the other trees there.
 
     ``values`` are static arguments, anywhere in a configuration: a dict mask
-    of bools or labels of strings tells the parameters' structure.
+    of bools or labels of strings tells the parameters' structure, and is
+    tried first. A tree of per-parameter specifications (``optax.contrib.muon``'s
+    ``MuonDimensionNumbers``, ``None`` for a parameter it leaves to Adam) tells
+    it too, not the ranks: it is tried after the defaults (which exercise
+    every rank), each leaf of rank 4, 3, then 2. Without it, a factory whose
+    ``init`` needs its structure never ran past construction: nothing of
+    ``update`` was verified, and its Python arithmetic was not carried.
     """
-    out = []
+    masks: list[Any] = []
+    specs: list[Any] = []
     for value in values:
         if callable(value) or not isinstance(value, (dict, list, tuple)) or not value:
             continue
         leaves = jax.tree_util.tree_leaves(value)
         if leaves and all(isinstance(x, (bool, np.bool_, str)) for x in leaves):
             stand_in = jax.tree_util.tree_map(lambda _: jax.ShapeDtypeStruct((4, 3), jnp.float32), value)
-            if all(jax.tree_util.tree_structure(stand_in) != jax.tree_util.tree_structure(o) for o in out):
-                out.append(stand_in)
-    return out
+            if all(jax.tree_util.tree_structure(stand_in) != jax.tree_util.tree_structure(o) for o in masks):
+                masks.append(stand_in)
+        for shape in _SPEC_SHAPES:
+            stand_in = jax.tree_util.tree_map(
+                lambda _, shape=shape: jax.ShapeDtypeStruct(shape, jnp.float32), value, is_leaf=_is_spec
+            )
+            if stand_in not in specs and stand_in not in masks:
+                specs.append(stand_in)
+    return [*masks, *default_param_shapes(), *specs]
+
+
+# Each rank of the defaults but a bias's (specifications are of matrices and up), the most axes first.
+_SPEC_SHAPES = ((2, 3, 2, 4), (3, 2, 4), (4, 3))
+
+
+def _is_spec(x: Any) -> bool:
+    """A leaf of a tree of per-parameter specifications: ``None`` (a parameter left out) or a named tuple."""
+    return x is None or (isinstance(x, tuple) and hasattr(x, "_fields"))
 
 
 class Run:
@@ -198,7 +223,7 @@ class Probe:
         self.concrete = {n: value_as_static(v) for n, v in concrete.items()}  # candidate -> static form
         self.abstract = {n: _spec(v) for n, v in leaves.items()}  # candidate -> leaf spec
         self.pyvals = {n: value_as_given(v) for n, v in concrete.items()}
-        self.param_shapes = [*param_shapes, *default_param_shapes()]
+        self.param_shapes = list(param_shapes) or default_param_shapes()  # see stand_in_params
         self.level: Level | None = None
         self.params: Any = None
         self.fixed: dict[str, Mode] = {}  # candidates the verification found must be static

@@ -36,8 +36,22 @@ BINARY: dict[str, Callable[[Any, Any], Any]] = {
     "floordiv": operator.floordiv,
     "mod": operator.mod,
     "pow": operator.pow,
+    # What a leaf (a JAX array) also does as Python's operators do, in its
+    # own precision: tracked, so that the host value is Python's.
+    "round_ndigits": lambda x, ndigits: round(x, ndigits),
+    "and": operator.and_,
+    "or": operator.or_,
+    "xor": operator.xor,
+    "lshift": operator.lshift,
+    "rshift": operator.rshift,
 }
-UNARY: dict[str, Callable[[Any], Any]] = {"neg": operator.neg, "pos": operator.pos, "abs": operator.abs}
+UNARY: dict[str, Callable[[Any], Any]] = {
+    "neg": operator.neg,
+    "pos": operator.pos,
+    "abs": operator.abs,
+    "invert": operator.invert,
+    "round": round,  # Python's: an int; a leaf's: jnp.round (the verification sees where the type matters)
+}
 COMPARE: dict[str, Callable[[Any, Any], Any]] = {
     "eq": operator.eq,
     "ne": operator.ne,
@@ -48,6 +62,7 @@ COMPARE: dict[str, Callable[[Any, Any], Any]] = {
 }
 _SYMBOL = {
     "add": "+", "sub": "-", "mul": "*", "truediv": "/", "floordiv": "//", "mod": "%", "pow": "**",
+    "and": "&", "or": "|", "xor": "^", "lshift": "<<", "rshift": ">>", "neg": "-", "pos": "+", "invert": "~",
     "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
 }  # fmt: skip
 REFLECTED = {"eq": "eq", "ne": "ne", "lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}
@@ -123,7 +138,9 @@ def text(expr: Expr) -> str:
         return repr(expr[1])
     if kind in UNARY:
         inner = text(expr[1])
-        return f"abs({inner})" if kind == "abs" else f"{'-' if kind == 'neg' else '+'}{inner}"
+        return f"{kind}({inner})" if kind in ("abs", "round") else f"{_SYMBOL[kind]}{inner}"
+    if kind == "round_ndigits":
+        return f"round({text(expr[1])}, {text(expr[2])})"
     a, b = (text(e) if e[0] in (ARG, CONST) else f"({text(e)})" for e in expr[1:])
     return f"{a} {_SYMBOL[kind]} {b}"
 
@@ -162,7 +179,7 @@ def exact_at_leaf_precision(expr: Expr) -> bool:
         return True
     if kind == CONST:
         return isinstance(expr[1], int)
-    if kind in UNARY:
+    if kind in ("neg", "pos", "abs", "invert"):  # not round: round(2.5000001) is 3, of its float32 leaf 2
         return exact_at_leaf_precision(expr[1])
     if kind in ("mul", "truediv"):
         a, b = expr[1], expr[2]

@@ -357,6 +357,53 @@ class Guarded:
     def __rpow__(self, o: Any) -> Any:
         return self._binary("pow", o, True)
 
+    def __divmod__(self, o: Any) -> Any:
+        quotient = self._binary("floordiv", o, False)
+        return quotient if quotient is NotImplemented else (quotient, self._binary("mod", o, False))
+
+    def __rdivmod__(self, o: Any) -> Any:
+        quotient = self._binary("floordiv", o, True)
+        return quotient if quotient is NotImplemented else (quotient, self._binary("mod", o, True))
+
+    def __and__(self, o: Any) -> Any:
+        return self._binary("and", o, False)
+
+    def __rand__(self, o: Any) -> Any:
+        return self._binary("and", o, True)
+
+    def __or__(self, o: Any) -> Any:
+        return self._binary("or", o, False)
+
+    def __ror__(self, o: Any) -> Any:
+        return self._binary("or", o, True)
+
+    def __xor__(self, o: Any) -> Any:
+        return self._binary("xor", o, False)
+
+    def __rxor__(self, o: Any) -> Any:
+        return self._binary("xor", o, True)
+
+    def __lshift__(self, o: Any) -> Any:
+        return self._binary("lshift", o, False)
+
+    def __rlshift__(self, o: Any) -> Any:
+        return self._binary("lshift", o, True)
+
+    def __rshift__(self, o: Any) -> Any:
+        return self._binary("rshift", o, False)
+
+    def __rrshift__(self, o: Any) -> Any:
+        return self._binary("rshift", o, True)
+
+    def __round__(self, ndigits: Any = None) -> Any:
+        # A leaf rounds too (``jnp.round``, in its precision, and a float
+        # where Python gives an int): tracked like the operators above, so
+        # the value JAX gets is Python's (carried), at every value, not only
+        # at the one the verification compared.
+        if ndigits is None:
+            return self._unary("round")
+        return self._binary("round_ndigits", operator.index(ndigits), False)  # ndigits: an int, as in Python
+
     def _unary(self, op: str) -> Guarded:
         fn = UNARY[op]
         pyval = None if self.pyval is None else fn(self.pyval)
@@ -376,6 +423,9 @@ class Guarded:
     def __abs__(self) -> Guarded:
         return self._unary("abs")
 
+    def __invert__(self) -> Guarded:
+        return self._unary("invert")
+
     # -- what needs a concrete value: static ---------------------------------
 
     def __hash__(self) -> int:
@@ -392,9 +442,6 @@ class Guarded:
 
     def __complex__(self) -> complex:
         return complex(self.ctx.need(self.names, "complex()", self.pyval))
-
-    def __round__(self, ndigits: int | None = None) -> Any:
-        return round(self.ctx.need(self.names, "round()", self.pyval), ndigits)
 
     def __trunc__(self) -> Any:
         return math.trunc(self.ctx.need(self.names, "math.trunc()", self.pyval))
