@@ -52,9 +52,7 @@ def _statics_of_children(children: Any) -> list[Any]:
 
 
 def _base(classified: Classified) -> dict[str, Any]:
-    """The factory's arguments as it takes them: values as given, wrapped children built."""
-    from ._build import build_child
-
+    """The factory's arguments as it takes them: values as given, wrapped children as plain optax."""
     if classified.python:
         return classified.values  # the common case: Python numbers and static values
     base = dict(classified.values)
