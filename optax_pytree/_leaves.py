@@ -143,6 +143,11 @@ def make_exact(
     return out[:n], tuple(out[n:])
 
 
+def convert_numbers(numbers: list[Any]) -> tuple[Any, ...]:
+    """Python numbers as weakly typed leaves, in one jitted dispatch."""
+    return _weak_converter(len(numbers))(*numbers)
+
+
 def to_leaves(values: dict[str, Any]) -> dict[str, Any]:
     """Converts numeric hyperparameters to JAX arrays (see the module docstring).
 

@@ -36,14 +36,35 @@ class Core:
     wrapped object, which JAX rebuilds at every unflatten.
     """
 
-    __slots__ = ("exact", "leaves", "plain", "python", "spec")
+    __slots__ = ("pending", "plain", "python", "spec", "stored_exact", "stored_leaves")
 
     spec: Spec
-    leaves: tuple[Any, ...]  # one per dynamic argument or child, in signature order
-    # The carried host values of the spec's expressions and the snapshot of
-    # the leaves they were computed from (see ``_guard.Guarded.exact``); None
-    # when the factory does no Python arithmetic on its arguments.
-    exact: Any
+    stored_leaves: tuple[Any, ...]
+    stored_exact: Any
+    # Leaves still to be made from Python numbers (``_pipeline.Pending``), or None.
+    pending: Any
+
+    @property
+    def leaves(self) -> tuple[Any, ...]:
+        """One per dynamic argument or child, in signature order."""
+        if self.pending is not None:
+            self.materialize()
+        return self.stored_leaves
+
+    @property
+    def exact(self) -> Any:
+        """The carried host values of the spec's expressions and the fingerprint of the
+        leaves they were computed from (see ``_guard.Guarded.exact``); None when the
+        factory does no Python arithmetic on its arguments."""
+        if self.pending is not None:
+            self.materialize()
+        return self.stored_exact
+
+    def materialize(self) -> None:
+        pending = self.pending
+        if pending is not None:
+            self.stored_leaves, self.stored_exact = pending.make()
+            self.pending = None
     # The Python values the object was made from (``wrap``, ``replace``), so
     # that a later ``replace`` computes the carried values from them, not
     # from float32 leaves; empty once JAX has rebuilt the object from leaves.
@@ -402,26 +423,46 @@ def new(
     exact: Any = None,
     python: dict[str, Any] = _NO_PYTHON,
     plain: Any = None,
+    pending: Any = None,
     flat: tuple[Any, ...] | None = None,
 ) -> Any:
     # Also on the dispatch path (every jitted call that returns or rebuilds
     # a wrapped object): kept to the fewest Python-level steps.
     core = _new_core(Core)
     core.spec = spec
-    core.leaves = leaves
-    core.exact = exact
+    core.stored_leaves = leaves
+    core.stored_exact = exact
     core.python = python
     core.plain = plain
+    core.pending = pending
     if spec.kind is Kind.TRANSFORMATION:
         obj = _new_tuple(PyTreeTransformation, (core.init, core.update))
     else:
         obj = _new_core(PyTreeSchedule)
     d = obj.__dict__
     d["_core"] = core
-    if flat is None:
-        flat = leaves if exact is None else (*leaves, exact)
-    d["_flat"] = (flat, spec)
+    if pending is None:  # else made by ``_LazyFlat`` at the first flatten
+        if flat is None:
+            flat = leaves if exact is None else (*leaves, exact)
+        d["_flat"] = (flat, spec)
     return obj
+
+
+class _LazyFlat:
+    """``obj._flat`` of an object whose leaves are pending: made, then kept in its ``__dict__``.
+
+    A non-data descriptor: once set, the instance's own ``_flat`` is found first,
+    so later flattens are the C-level attribute read of ``_flatten``.
+    """
+
+    def __get__(self, obj: Any, owner: Any = None) -> Any:
+        if obj is None:
+            return self
+        core = obj.__dict__["_core"]
+        leaves, exact = core.leaves, core.exact
+        flat = (leaves if exact is None else (*leaves, exact), core.spec)
+        obj.__dict__["_flat"] = flat
+        return flat
 
 
 def make(
@@ -479,6 +520,7 @@ def _unflatten(spec: Spec, leaves: Iterable[Any]) -> Any:
 
 
 for _cls in _CLASSES.values():
+    _cls._flat = _LazyFlat()  # pyright: ignore[reportAttributeAccessIssue]
     jax.tree_util.register_pytree_with_keys(_cls, _flatten_with_keys, _unflatten, _flatten)
 
 

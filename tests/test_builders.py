@@ -187,3 +187,22 @@ def test_what_makes_two_callables_the_same_static_value() -> None:
         return countdown
 
     assert freeze(recursive()) != freeze(recursive())  # reaches itself: by identity
+
+
+def test_leaves_made_at_first_use_inside_jit_are_concrete() -> None:
+    # A rebuild makes its leaves when first used (Pending); a first use inside
+    # a trace (the object closed over) must not leave the trace's values in it.
+    tx = dropin.adamw(0.1, weight_decay=0.01)
+
+    @jax.jit
+    def updates(params: Any) -> Any:
+        return tx.update(GRADS, tx.init(params), params)[0]
+
+    got = updates(PARAMS)
+    leaves = jax.tree_util.tree_leaves(tx)
+    assert leaves and not any(isinstance(x, jax.core.Tracer) for x in leaves)
+    plain_tx = plain.adamw(0.1, weight_decay=0.01)
+    chex.assert_trees_all_close(got, plain_tx.update(GRADS, plain_tx.init(PARAMS), PARAMS)[0], rtol=1e-6)
+    chex.assert_trees_all_equal(
+        tx.update(GRADS, tx.init(PARAMS), PARAMS), plain_tx.update(GRADS, plain_tx.init(PARAMS), PARAMS)
+    )
