@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 import jax
+import numpy as np
 
 from . import _leaves, _static
 from ._annotations import Renderer
@@ -234,6 +235,35 @@ class Template:
         return _merge(self.template, child, fn)
 
 
+def structure(w: Any) -> Any:
+    """What a wrapped value's treedef is made of (its spec, its children's, its leaves'
+    structures), read without flattening it: a parent's wrap does not make the leaves of
+    a child whose leaves are still pending (``_pipeline.Pending``)."""
+    core = w._core
+    spec = core.spec
+    pending = core.pending
+    parts: list[Any] = []
+    if pending is not None:  # its dynamic leaves are Python numbers: one leaf each
+        for name in spec.leaf_names:
+            if spec.roles[name] != Role.DYNAMIC:
+                parts.append(_structure_of(pending.children[name]))
+    else:
+        for name, leaf in zip(spec.leaf_names, core.stored_leaves):
+            if spec.roles[name] != Role.DYNAMIC:
+                parts.append(_structure_of(leaf))
+            elif not isinstance(leaf, (jax.Array, np.ndarray)):  # a pytree forced dynamic
+                parts.append(jax.tree_util.tree_structure(leaf))
+    return (spec, tuple(parts))
+
+
+def _structure_of(value: Any) -> Any:
+    """The structure of a child: a wrapped value's, or a container's holding wrapped values."""
+    if is_wrapped(value):
+        return structure(value)
+    leaves, treedef = jax.tree_util.tree_flatten(value, is_leaf=is_wrapped)
+    return (treedef, tuple(structure(x) if is_wrapped(x) else None for x in leaves))
+
+
 def _contains_wrapped(value: Any) -> bool:
     return any(is_wrapped(x) for x in jax.tree_util.tree_leaves(value, is_leaf=is_wrapped))
 
@@ -330,11 +360,11 @@ class Classified:
         self.candidates: list[str] = []  # numeric arguments for detection and guards
         self.forced: list[str] = []  # numeric arguments forced dynamic (no detection)
         self.wide: list[str] = []  # Python integers beyond the range of an integer leaf: static
-        self.key: tuple[Any, ...] = ()  # the configuration: what its spec is made of
+        self.key: Any = ()  # the configuration: what its spec is made of (a ``_static.Key``)
         # The configuration and what a factory may decide about a value besides
         # comparing it (its Python type, whether it is the default object):
         # the analyses are cached, and verified, per analysis key.
-        self.analysis_key: tuple[Any, ...] = ()
+        self.analysis_key: Any = ()
         self.python = True  # the values are the factory's arguments as they are (no child, no leaf)
         self.options: Options = NO_OPTIONS
 
@@ -390,12 +420,12 @@ def classify(info: FactoryInfo, arguments: dict[str, Any], options: Options) -> 
         elif is_wrapped(value):
             python = False
             role = Role.CHILD
-            key_parts.append((name, role, jax.tree_util.tree_structure(value)))
+            key_parts.append((name, role, structure(value)))
         elif isinstance(value, (tuple, list, dict)) and _contains_wrapped(value):
             python = False
             role = Role.CHILD
             out.templates[name], value = Template.split(value)
-            key_parts.append((name, role, out.templates[name].key, jax.tree_util.tree_structure(value)))
+            key_parts.append((name, role, out.templates[name].key, _structure_of(value)))
         elif _leaves.is_integer(value) and not _leaves.fits_int_leaf(value):
             # 10**10 steps: an int32 leaf cannot hold it, Python's int can.
             role = Role.STATIC
@@ -414,7 +444,7 @@ def classify(info: FactoryInfo, arguments: dict[str, Any], options: Options) -> 
             key_parts.append((name, role, _static.freeze(value)))
         out.roles[name] = role
         out.values[name] = value
-    out.key = (factory_key(info), tuple(key_parts), options.key())
-    out.analysis_key = (out.key, tuple(given))
+    out.key = _static.Key((factory_key(info), tuple(key_parts), options.key()))
+    out.analysis_key = _static.Key((out.key, tuple(given)))
     out.python = python
     return out

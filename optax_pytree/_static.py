@@ -52,6 +52,32 @@ class _ByIdentity:
         return isinstance(other, _ByIdentity) and other.value is self.value
 
 
+class Key:
+    """A key made of nested tuples, hashed once: a configuration's, looked up in several caches.
+
+    A tuple recomputes its hash at every lookup, through every nested tuple,
+    and a cache hit then compares it item by item; a wrap looks its keys up
+    several times.
+    """
+
+    __slots__ = ("hash", "value")
+
+    def __init__(self, value: Any):
+        self.value = value
+        self.hash = hash(value)
+
+    def __hash__(self) -> int:
+        return self.hash
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        return isinstance(other, Key) and self.hash == other.hash and self.value == other.value
+
+    def __repr__(self) -> str:
+        return f"Key({self.value!r})"
+
+
 def _array_key(x: Any) -> tuple[Any, ...]:
     a = np.asarray(x)
     return ("array", a.shape, a.dtype.str, a.tobytes())

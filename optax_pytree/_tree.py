@@ -65,6 +65,7 @@ class Core:
         if pending is not None:
             self.stored_leaves, self.stored_exact = pending.make()
             self.pending = None
+
     # The Python values the object was made from (``wrap``, ``replace``), so
     # that a later ``replace`` computes the carried values from them, not
     # from float32 leaves; empty once JAX has rebuilt the object from leaves.
