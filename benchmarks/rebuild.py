@@ -1,0 +1,601 @@
+"""Section 9: rebuild (see ``run.py``).
+
+A sweep rebuilds its optimizer for every value: ``wrap`` called again with a
+new value of the swept rate for a configuration already seen (cached),
+``replace`` of one argument, and a user's own builder written with the
+drop-in. Each is timed against the same rebuild with
+``optax.inject_hyperparams`` and with plain optax, all rows interleaved in one
+run. The first wrap of a factory (caches cleared) is timed apart, with the
+share of each step of the pipeline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import itertools
+from collections.abc import Callable, Iterator
+from types import ModuleType
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+
+import optax_pytree as opx
+import optax_pytree.optax as dropin
+from _common import CPU_CLOCK, Log, Settings, interleaved, ratios, rotated, summary
+from _report import Target, check, fmt, on_median, section, table, us
+from optax_pytree import _bind, _caches, _detect, _pipeline
+
+TITLE = "rebuild"
+SECTION = 9
+
+WARMUP, DECAY = 100, 10_000
+SCHEDULE = "warmup-cosine"
+LR0 = 1e-3  # the rate of the object that replace() is called on
+WEIGHT_DECAY = 0.1
+
+# The LLM-style parameter tree: 12 named groups, each a matrix and a vector.
+GROUPS = ("embed", *(f"layer_{i}" for i in range(10)), "head")
+LION_GROUPS = ("embed", "head")  # label "lion"; the layer blocks are "adamw"
+LLM_PARAMS = {g: {"w": jnp.ones((8, 8)), "b": jnp.zeros(8)} for g in GROUPS}
+SMALL_PARAMS = {"w": jnp.ones(3)}  # adam's init, as in section 4
+
+
+# --------------------------------------------------------------------------
+# What is rebuilt.
+
+
+def _wrap_schedule(peak: float) -> Any:
+    return opx.wrap(optax.warmup_cosine_decay_schedule, 0.0, peak, WARMUP, DECAY)
+
+
+def _raw_schedule(peak: float) -> Any:
+    return optax.warmup_cosine_decay_schedule(0.0, peak, WARMUP, DECAY)
+
+
+def make_optimizer(ox: ModuleType, lr: float, mask: Any = None, labels: Any = None) -> Any:
+    """The user's builder of the LLM-style composition, written against ``ox``.
+
+    ``ox`` is the drop-in (``import optax_pytree.optax as optax``) or optax
+    itself. Without ``mask`` and ``labels`` the builder makes them afresh on
+    every call (lambdas defined here, as programs write them); given, they
+    are the same objects on every call (hoisted out of the builder).
+    """
+    mask = (lambda p: jax.tree.map(lambda x: x.ndim > 1, p)) if mask is None else mask
+    labels = (lambda p: {k: "lion" if k in LION_GROUPS else "adamw" for k in p}) if labels is None else labels
+    return ox.multi_transform(
+        {
+            "adamw": ox.chain(
+                ox.clip_by_global_norm(1.0),
+                ox.adamw(
+                    ox.warmup_cosine_decay_schedule(0, lr, WARMUP, DECAY),
+                    weight_decay=WEIGHT_DECAY,
+                    mask=mask,
+                ),
+            ),
+            "lion": ox.chain(ox.clip_by_global_norm(1.0), ox.lion(lr / 3)),
+        },
+        labels,
+    )
+
+
+def make_optimizer_inject(lr: float) -> Any:
+    """The same composition built with ``optax.inject_hyperparams`` (the mask a static argument)."""
+    mask = lambda p: jax.tree.map(lambda x: x.ndim > 1, p)  # noqa: E731 - as the user's builder writes it
+    labels = lambda p: {k: "lion" if k in LION_GROUPS else "adamw" for k in p}  # noqa: E731
+    return optax.multi_transform(
+        {
+            "adamw": optax.chain(
+                optax.clip_by_global_norm(1.0),
+                optax.inject_hyperparams(optax.adamw, static_args=("mask",))(
+                    learning_rate=optax.warmup_cosine_decay_schedule(0, lr, WARMUP, DECAY),
+                    weight_decay=WEIGHT_DECAY,
+                    mask=mask,
+                ),
+            ),
+            "lion": optax.chain(
+                optax.clip_by_global_norm(1.0), optax.inject_hyperparams(optax.lion)(learning_rate=lr / 3)
+            ),
+        },
+        labels,
+    )
+
+
+def hoisted_mask(p: Any) -> Any:
+    return jax.tree.map(lambda x: x.ndim > 1, p)
+
+
+def hoisted_labels(p: Any) -> Any:
+    return {k: "lion" if k in LION_GROUPS else "adamw" for k in p}
+
+
+# --------------------------------------------------------------------------
+# The rows: every row of every table is timed in one interleaved run.
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    call: Callable[[], Any]
+    refs: dict[str, str] = dataclasses.field(default_factory=dict)  # role -> the row it is compared with
+    # (role, limit): the ratio to refs[role] at most limit; role "time": seconds.
+    limits: tuple[tuple[str, float], ...] = ()
+    waits: bool = False  # its result is waited for (leaves, optimizer state); else pure Python work
+
+
+@dataclasses.dataclass(frozen=True)
+class Table:
+    key: str
+    note: str
+    roles: dict[str, str]  # role -> its column ("ratio to ...")
+    rows: dict[str, Row]
+
+
+# Row names (unique across the tables: one interleaved run).
+WRAP_ADAM = "opx.wrap(adam, lr)"
+INJECT_ADAM = "inject_hyperparams(adam)(lr)"
+OPTAX_ADAM = "optax.adam(lr)"
+WRAP_ADAMW = f"opx.wrap(adamw, lr=opx.wrap({SCHEDULE}))"
+INJECT_ADAMW = f"inject_hyperparams(adamw)(lr={SCHEDULE})"
+OPTAX_ADAMW = f"optax.adamw({SCHEDULE})"
+WRAP_CHAIN = "opx.wrap(chain, opx.wrap(clip), opx.wrap(adamw, lr))"
+DROPIN_CHAIN = "drop-in chain(clip, adamw(lr))"
+INJECT_CHAIN = "chain(clip, inject_hyperparams(adamw)(lr))"
+OPTAX_CHAIN = "optax.chain(clip, adamw(lr))"
+REPLACE = f"replace(weight_decay) of {WRAP_ADAMW}"
+INJECT_REPLACE = f"inject_hyperparams(adamw)(lr={SCHEDULE}, weight_decay)"
+OPTAX_REPLACE = f"optax.adamw({SCHEDULE}, weight_decay)"
+LLM_FRESH = "make_optimizer(lr), drop-in, fresh lambdas"
+LLM_HOISTED = "make_optimizer(lr), drop-in, hoisted mask/labels"
+LLM_INJECT = "make_optimizer(lr), inject_hyperparams"
+LLM_OPTAX = "make_optimizer(lr), plain optax"
+USE = " + first use"
+INIT = " + init"
+
+WARMUP_CALLS = 3  # of each row, before the timed run
+SAME_COST = 1.1  # fresh lambdas against hoisted ones: the same cost, within 10%
+
+
+def _tables(lrs: Iterator[float], wds: Iterator[float], replaced: Any) -> list[Table]:
+    ia, ix = "inject", "optax"
+    return [
+        Table(
+            "rebuild",
+            "Rebuild of a cached configuration: a new value of the swept rate (of `weight_decay` for "
+            "`replace`), the configuration already seen. Not waited for (pure Python work; waiting would "
+            "flatten the object and so make its leaves).",
+            {ia: "inject_hyperparams", ix: "plain optax"},
+            {
+                WRAP_ADAM: Row(
+                    lambda: opx.wrap(optax.adam, learning_rate=next(lrs)),
+                    {ia: INJECT_ADAM, ix: OPTAX_ADAM},
+                    ((ia, 0.5),),
+                ),
+                INJECT_ADAM: Row(
+                    lambda: optax.inject_hyperparams(optax.adam)(learning_rate=next(lrs)), {ix: OPTAX_ADAM}
+                ),
+                OPTAX_ADAM: Row(lambda: optax.adam(next(lrs))),
+                WRAP_ADAMW: Row(
+                    lambda: opx.wrap(optax.adamw, learning_rate=_wrap_schedule(next(lrs))),
+                    {ia: INJECT_ADAMW, ix: OPTAX_ADAMW},
+                    ((ia, 1.0),),
+                ),
+                INJECT_ADAMW: Row(
+                    lambda: optax.inject_hyperparams(optax.adamw)(learning_rate=_raw_schedule(next(lrs))),
+                    {ix: OPTAX_ADAMW},
+                ),
+                OPTAX_ADAMW: Row(lambda: optax.adamw(_raw_schedule(next(lrs)))),
+                WRAP_CHAIN: Row(
+                    lambda: opx.wrap(
+                        optax.chain,
+                        opx.wrap(optax.clip_by_global_norm, 1.0),
+                        opx.wrap(optax.adamw, learning_rate=next(lrs)),
+                    ),
+                    {ia: INJECT_CHAIN, ix: OPTAX_CHAIN},
+                    ((ia, 1.0),),
+                ),
+                DROPIN_CHAIN: Row(
+                    lambda: dropin.chain(dropin.clip_by_global_norm(1.0), dropin.adamw(next(lrs))),
+                    {ia: INJECT_CHAIN, ix: OPTAX_CHAIN},
+                    ((ia, 1.0),),
+                ),
+                INJECT_CHAIN: Row(
+                    lambda: optax.chain(
+                        optax.clip_by_global_norm(1.0),
+                        optax.inject_hyperparams(optax.adamw)(learning_rate=next(lrs)),
+                    ),
+                    {ix: OPTAX_CHAIN},
+                ),
+                OPTAX_CHAIN: Row(lambda: optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(next(lrs)))),
+                REPLACE: Row(
+                    lambda: replaced.replace(weight_decay=next(wds)),
+                    {ia: INJECT_REPLACE, ix: OPTAX_REPLACE},
+                    ((ia, 1.0),),
+                ),
+                INJECT_REPLACE: Row(
+                    lambda: optax.inject_hyperparams(optax.adamw)(
+                        learning_rate=_raw_schedule(LR0), weight_decay=next(wds)
+                    ),
+                    {ix: OPTAX_REPLACE},
+                ),
+                OPTAX_REPLACE: Row(lambda: optax.adamw(_raw_schedule(LR0), weight_decay=next(wds))),
+            },
+        ),
+        Table(
+            "llm",
+            "LLM-style composition rebuilt through the user's builder `make_optimizer(lr)`, written with "
+            "the drop-in: `multi_transform` over a tree of 12 named groups (embed, 10 layer blocks, "
+            f'head) with a label function (a lambda) giving two labels; "adamw": `chain(clip_by_global_'
+            f"norm(1.0), adamw({SCHEDULE}(0, lr, {WARMUP}, {DECAY:_}), weight_decay={WEIGHT_DECAY}, "
+            'mask=<lambda: ndim > 1>))`, "lion": `chain(clip_by_global_norm(1.0), lion(lr / 3))`. '
+            "Fresh lambdas: mask and label function made inside the builder on every call; hoisted: "
+            "the same builder given the same two objects every call. inject_hyperparams: the same "
+            'composition with `inject_hyperparams(adamw, static_args=("mask",))` and '
+            "`inject_hyperparams(lion)`. Not waited for.",
+            {"hoisted": "hoisted mask/labels", ia: "inject_hyperparams", ix: "plain optax"},
+            {
+                LLM_FRESH: Row(
+                    lambda: make_optimizer(dropin, next(lrs)),
+                    {"hoisted": LLM_HOISTED, ia: LLM_INJECT, ix: LLM_OPTAX},
+                    (("time", 0.5e-3), ("hoisted", SAME_COST)),
+                ),
+                LLM_HOISTED: Row(
+                    lambda: make_optimizer(dropin, next(lrs), hoisted_mask, hoisted_labels),
+                    {ia: LLM_INJECT, ix: LLM_OPTAX},
+                ),
+                LLM_INJECT: Row(lambda: make_optimizer_inject(next(lrs)), {ix: LLM_OPTAX}),
+                LLM_OPTAX: Row(lambda: make_optimizer(optax, next(lrs))),
+            },
+        ),
+        Table(
+            "first_use",
+            "Rebuild + first use, conversion included: the wrapped object rebuilt, then its leaves read "
+            "(`jax.tree_util.tree_leaves(tx)`, waited for: leaves made from Python numbers are made at "
+            "their first use), against inject_hyperparams and plain optax rebuilt, then `init(params)` "
+            '(waited for: inject_hyperparams makes its arrays at init). params: adam `{"w": ones(3)}` '
+            "(as in section 4), the LLM-style composition its 12 groups of an 8x8 matrix and a vector.",
+            {ia: "inject_hyperparams + init", ix: "plain optax + init"},
+            {
+                WRAP_ADAM + USE: Row(
+                    lambda: jax.tree_util.tree_leaves(opx.wrap(optax.adam, learning_rate=next(lrs))),
+                    {ia: INJECT_ADAM + INIT, ix: OPTAX_ADAM + INIT},
+                    waits=True,
+                ),
+                INJECT_ADAM + INIT: Row(
+                    lambda: optax.inject_hyperparams(optax.adam)(learning_rate=next(lrs)).init(SMALL_PARAMS),
+                    {ix: OPTAX_ADAM + INIT},
+                    waits=True,
+                ),
+                OPTAX_ADAM + INIT: Row(lambda: optax.adam(next(lrs)).init(SMALL_PARAMS), waits=True),
+                LLM_FRESH + USE: Row(
+                    lambda: jax.tree_util.tree_leaves(make_optimizer(dropin, next(lrs))),
+                    {ia: LLM_INJECT + INIT, ix: LLM_OPTAX + INIT},
+                    waits=True,
+                ),
+                LLM_INJECT + INIT: Row(
+                    lambda: make_optimizer_inject(next(lrs)).init(LLM_PARAMS),
+                    {ix: LLM_OPTAX + INIT},
+                    waits=True,
+                ),
+                LLM_OPTAX + INIT: Row(lambda: make_optimizer(optax, next(lrs)).init(LLM_PARAMS), waits=True),
+            },
+        ),
+    ]
+
+
+def _same_treedefs() -> dict[str, bool]:
+    """Each wrapped rebuild is a cached configuration: two rates give one treedef."""
+
+    def same(build: Callable[[float], Any]) -> bool:
+        a, b = build(1e-3), build(2e-3)
+        return jax.tree_util.tree_structure(a) == jax.tree_util.tree_structure(b)
+
+    replaced = opx.wrap(optax.adamw, learning_rate=_wrap_schedule(LR0))
+    return {
+        WRAP_ADAM: same(lambda lr: opx.wrap(optax.adam, learning_rate=lr)),
+        WRAP_ADAMW: same(lambda lr: opx.wrap(optax.adamw, learning_rate=_wrap_schedule(lr))),
+        WRAP_CHAIN: same(
+            lambda lr: opx.wrap(
+                optax.chain, opx.wrap(optax.clip_by_global_norm, 1.0), opx.wrap(optax.adamw, learning_rate=lr)
+            )
+        ),
+        DROPIN_CHAIN: same(lambda lr: dropin.chain(dropin.clip_by_global_norm(1.0), dropin.adamw(lr))),
+        REPLACE: same(lambda wd: replaced.replace(weight_decay=wd)),
+        LLM_FRESH: same(lambda lr: make_optimizer(dropin, lr)),
+        LLM_HOISTED: same(lambda lr: make_optimizer(dropin, lr, hoisted_mask, hoisted_labels)),
+    }
+
+
+# --------------------------------------------------------------------------
+# The first wrap, step by step.
+
+STEPS: tuple[str, ...] = ("bind", "classify", "detect", "verify")
+REST = "build/conversion (rest)"
+STEP_TEXT = {
+    "bind": "`_bind.factory_info` and `FactoryInfo.bind` (signature, binding)",
+    "classify": "`_classify.classify`",
+    "detect": "`_detect.analyse` (the probe)",
+    "verify": "`_pipeline._difference` (the verification)",
+}
+
+FIRST_ADAM = "opx.wrap(adam, lr)"
+FIRST_LLM = "make_optimizer(lr), drop-in"
+FIRST_ADAM_LIMIT = 10e-3
+
+
+class StepTimer:
+    """CPU seconds spent in each step, exclusive: a timed call inside another is its own step's."""
+
+    def __init__(self) -> None:
+        self.totals: dict[str, float] = dict.fromkeys(STEPS, 0.0)
+        self._inner: list[list[float]] = []  # per open timed call: seconds of timed calls inside it
+
+    def reset(self) -> None:
+        self.totals = dict.fromkeys(STEPS, 0.0)
+        self._inner.clear()
+
+    def timed(self, step: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            inner = [0.0]
+            self._inner.append(inner)
+            t0 = CPU_CLOCK()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                elapsed = CPU_CLOCK() - t0
+                self._inner.pop()
+                self.totals[step] += elapsed - inner[0]
+                if self._inner:
+                    self._inner[-1][0] += elapsed
+
+        return timed
+
+
+# Where each step is looked up: _pipeline imports classify by name and calls
+# _difference as a global of its own, _detect.analyse and _bind.factory_info
+# through their modules, FactoryInfo.bind as a method.
+PLACES: tuple[tuple[str, Any, str], ...] = (
+    ("bind", _bind, "factory_info"),
+    ("bind", _bind.FactoryInfo, "bind"),
+    ("classify", _pipeline, "classify"),
+    ("detect", _detect, "analyse"),
+    ("verify", _pipeline, "_difference"),
+)
+
+
+@contextlib.contextmanager
+def timed_steps(timer: StepTimer) -> Iterator[list[str]]:
+    """Each step's functions wrapped with ``timer``'s, restored on exit; yields those not found."""
+    saved: list[tuple[Any, str, Any]] = []
+    missing: list[str] = []
+    try:
+        for step, owner, name in PLACES:
+            original = vars(owner).get(name)
+            if not callable(original):
+                missing.append(f"{owner.__name__}.{name}")
+                continue
+            saved.append((owner, name, original))
+            setattr(owner, name, timer.timed(step, original))
+        yield missing
+    finally:
+        for owner, name, original in reversed(saved):
+            setattr(owner, name, original)
+
+
+def _first_wraps(s: Settings, lrs: Iterator[float]) -> dict[str, Any]:
+    makers: dict[str, Callable[[float], Any]] = {
+        FIRST_ADAM: lambda lr: opx.wrap(optax.adam, learning_rate=lr),
+        FIRST_LLM: lambda lr: make_optimizer(dropin, lr),
+    }
+    keys = ("total", *STEPS, REST, "first_use")
+    samples: dict[str, dict[str, list[float]]] = {m: {k: [] for k in keys} for m in makers}
+    timer = StepTimer()
+    with timed_steps(timer) as missing:
+        # Round 0 is a warm-up, not kept: what clear_caches() does not forget
+        # (jax's compiled converters, imports) is paid once per process.
+        for i in range(s.first_wrap_samples + 1):
+            for name in rotated(list(makers), i):
+                _caches.clear_caches()
+                lr = next(lrs)
+                timer.reset()
+                t0 = CPU_CLOCK()
+                tx = makers[name](lr)
+                total = CPU_CLOCK() - t0
+                steps = dict(timer.totals)
+                t1 = CPU_CLOCK()
+                jax.block_until_ready(jax.tree_util.tree_leaves(tx))
+                use = CPU_CLOCK() - t1
+                if i == 0:
+                    continue
+                out = samples[name]
+                out["total"].append(total)
+                for k in STEPS:
+                    out[k].append(steps[k])
+                out[REST].append(total - sum(steps.values()))
+                out["first_use"].append(use)
+    result: dict[str, Any] = {"missing": missing}
+    for name, out in samples.items():
+        result[name] = {
+            **{k: summary(v) for k, v in out.items()},
+            "shares": {k: summary(ratios(out[k], out["total"])) for k in (*STEPS, REST)},
+        }
+    return result
+
+
+# --------------------------------------------------------------------------
+# The section.
+
+
+def _values(lo: float, hi: float) -> Iterator[float]:
+    """A new value on every call, as a sweep gives (none repeats), spread log-uniformly in [lo, hi)."""
+    golden = (5**0.5 - 1) / 2
+    return (lo * (hi / lo) ** ((k * golden) % 1.0) for k in itertools.count())
+
+
+def run(s: Settings, log: Log) -> dict[str, Any]:
+    lrs, wds = _values(1e-4, 1e-2), _values(1e-4, 1e-1)
+    checks = _same_treedefs()
+    for name, ok in checks.items():
+        if not ok:
+            log(f"  WARNING: {name} gives another treedef for another rate: not a cached configuration")
+    first = _first_wraps(s, lrs)
+    if first["missing"]:
+        log(f"  not found (their time counts in the rest): {', '.join(first['missing'])}")
+    for name in (FIRST_ADAM, FIRST_LLM):
+        log(f"  first wrap, {name}: {fmt(first[name]['total'], 2, 1e3)} ms")
+
+    replaced = opx.wrap(optax.adamw, learning_rate=_wrap_schedule(LR0))
+    jax.block_until_ready(jax.tree_util.tree_leaves(replaced))  # its own leaves made once, before timing
+    tables = _tables(lrs, wds, replaced)
+    rows = {name: row for t in tables for name, row in t.rows.items()}
+    # Warm-up: each configuration's first wrap (its analysis) and jax's first
+    # dispatch of each call are paid here, not in the calibration of the
+    # number of calls per sample (which does not call pure functions first).
+    for row in rows.values():
+        for _ in range(WARMUP_CALLS):
+            result = row.call()
+            if row.waits:
+                jax.block_until_ready(result)
+    pure = [name for name, row in rows.items() if not row.waits]
+    t = interleaved({k: r.call for k, r in rows.items()}, s.micro_repeats, s.micro_seconds, pure=pure)
+    out_tables = []
+    for tab in tables:
+        out_rows: dict[str, Any] = {}
+        for name, row in tab.rows.items():
+            out_rows[name] = {
+                "s": summary(t[name]),
+                "refs": dict(row.refs),
+                "ratios": {role: summary(ratios(t[name], t[ref])) for role, ref in row.refs.items()},
+                "limits": [list(lim) for lim in row.limits],
+            }
+            log(f"  {name}: {us(out_rows[name]['s'])} us")
+        out_tables.append({"key": tab.key, "note": tab.note, "roles": tab.roles, "rows": out_rows})
+    return {"tables": out_tables, "first_wrap": first, "same_treedef": checks}
+
+
+def _limit_text(role: str, limit: float) -> str:
+    return f"<= {limit * 1e6:.0f} us" if role == "time" else f"<= {limit:g}"
+
+
+def _measured(row: dict[str, Any], role: str) -> dict[str, Any]:
+    return row["s"] if role == "time" else row["ratios"][role]
+
+
+def targets(r: dict[str, Any], s: Settings) -> list[Target]:
+    out: list[Target] = []
+    for tab in r["tables"]:
+        for name, row in tab["rows"].items():
+            for role, limit in row["limits"]:
+                stat = _measured(row, role)
+                if role == "time":
+                    out.append(
+                        Target(
+                            SECTION,
+                            f"rebuild, {name}",
+                            f"{us(stat)} us",
+                            _limit_text(role, limit),
+                            check(stat["median"] <= limit),
+                        )
+                    )
+                else:
+                    what = f"rebuild, {name} / {row['refs'][role]}"
+                    out.append(on_median(SECTION, what, stat, _limit_text(role, limit), limit, digits=2))
+    adam = r["first_wrap"][FIRST_ADAM]["total"]
+    out.append(
+        Target(
+            SECTION,
+            f"first wrap (caches cleared), {FIRST_ADAM}",
+            f"{fmt(adam, 2, 1e3)} ms",
+            f"<= {FIRST_ADAM_LIMIT * 1e3:g} ms",
+            check(adam["median"] <= FIRST_ADAM_LIMIT),
+        )
+    )
+    return out
+
+
+def _target_cell(row: dict[str, Any]) -> str:
+    cells = []
+    for role, limit in row["limits"]:
+        ok = _measured(row, role)["median"] <= limit
+        what = "time" if role == "time" else f"ratio to {role}"
+        cells.append(f"{what} {_limit_text(role, limit)} {'✓' if ok else '✗'}")
+    return "; ".join(cells)
+
+
+def _rows_table(tab: dict[str, Any]) -> list[str]:
+    roles = tab["roles"]
+    header = " | ".join(["call", "time (us)", *(f"ratio to {label}" for label in roles.values()), "target"])
+    return table(
+        header,
+        [
+            [
+                name,
+                us(row["s"]),
+                *(fmt(row["ratios"][role], 2) if role in row["ratios"] else "" for role in roles),
+                _target_cell(row),
+            ]
+            for name, row in tab["rows"].items()
+        ],
+    )
+
+
+def _first_table(first: dict[str, Any]) -> list[str]:
+    missing = set(first["missing"])
+    found = {step for step, owner, name in PLACES if f"{owner.__name__}.{name}" not in missing}
+    absent = set(STEPS) - found  # none of a step's functions found: not timed at all
+
+    def step_cell(res: dict[str, Any], k: str) -> str:
+        if k in absent:
+            return "n/a"
+        return f"{res[k]['median'] * 1e3:.2f} ({res['shares'][k]['median']:.1%})"
+
+    rows = []
+    for name in (FIRST_ADAM, FIRST_LLM):
+        res = first[name]
+        target = ""
+        if name == FIRST_ADAM:
+            ok = res["total"]["median"] <= FIRST_ADAM_LIMIT
+            target = f"<= {FIRST_ADAM_LIMIT * 1e3:g} ms {'✓' if ok else '✗'}"
+        rows.append(
+            [
+                name,
+                fmt(res["total"], 2, 1e3),
+                *(step_cell(res, k) for k in (*STEPS, REST)),
+                fmt(res["first_use"], 2, 1e3),
+                target,
+            ]
+        )
+    return table(
+        "call | first wrap (ms) | "
+        + " | ".join(f"{k} (ms, share)" for k in (*STEPS, REST))
+        + " | then first use (ms) | target",
+        rows,
+    )
+
+
+def markdown(r: dict[str, Any]) -> list[str]:
+    parts: list[str | list[str]] = []
+    for tab in r["tables"]:
+        parts += [tab["note"], _rows_table(tab)]
+    bad = [name for name, ok in r["same_treedef"].items() if not ok]
+    parts.append(
+        "Every wrapped rebuild gives the treedef of the previous one (a cached configuration)."
+        if not bad
+        else f"NOT a cached configuration (another treedef for another rate): {', '.join(bad)}."
+    )
+    first = r["first_wrap"]
+    steps = "; ".join(f"{k}: {v}" for k, v in STEP_TEXT.items())
+    parts += [
+        "First wrap: `optax_pytree._caches.clear_caches()` before each sample (one warm-up round not "
+        "kept), the two interleaved. Each step's functions are wrapped with a timer where the pipeline "
+        f"looks them up ({steps}); a step's time excludes the timed steps inside it, the rest (the "
+        "factory's own call, the spec, the host values, the object) is the first wrap less the steps. "
+        "Steps: median CPU ms and median share of the first wrap. Then first use: "
+        "`jax.tree_util.tree_leaves(tx)`, waited for (the conversion of its numbers)."
+        + (f" Not found, counted in the rest: {', '.join(first['missing'])}." if first["missing"] else ""),
+        _first_table(first),
+    ]
+    return section("## 9. Rebuild", *parts)
