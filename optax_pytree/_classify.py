@@ -238,7 +238,7 @@ class Template:
 def structure(w: Any) -> Any:
     """What a wrapped value's treedef is made of (its spec, its children's, its leaves'
     structures), read without flattening it: a parent's wrap does not make the leaves of
-    a child whose leaves are still pending (``_pipeline.Pending``)."""
+    a child whose leaves are still pending (``_leaves.Pending``)."""
     core = w._core
     spec = core.spec
     pending = core.pending
@@ -369,6 +369,16 @@ class Classified:
         self.options: Options = NO_OPTIONS
 
 
+# Set by ``_tree`` (which can make wrapped objects; this module is below it):
+# the child a function given as an argument becomes, or None (see ``_closures``).
+closure_child: Callable[[Any], Any] | None = None
+
+
+def set_closure_hook(hook: Callable[[Any], Any] | None) -> None:
+    global closure_child
+    closure_child = hook
+
+
 def factory_key(info: FactoryInfo) -> Any:
     """The factory as configurations key it: by what makes it (a builder's fresh closure is the same)."""
     key = info.key
@@ -440,8 +450,17 @@ def classify(info: FactoryInfo, arguments: dict[str, Any], options: Options) -> 
             given.append((_leaves.given_type(value), value is defaults.get(name, _NO_DEFAULT)))
             python = python and type(value) in (int, float, complex)
         else:
-            role = Role.STATIC
-            key_parts.append((name, role, _static.freeze(value)))
+            child = None
+            if closure_child is not None and options.dynamic_only is None and callable(value):
+                child = closure_child(value)
+            if child is not None:  # a schedule written as a closure: its numbers are leaves (_closures)
+                python = False
+                role = Role.CHILD
+                value = child
+                key_parts.append((name, role, structure(value)))
+            else:
+                role = Role.STATIC
+                key_parts.append((name, role, _static.freeze(value)))
         out.roles[name] = role
         out.values[name] = value
     out.key = _static.Key((factory_key(info), tuple(key_parts), options.key()))

@@ -40,7 +40,7 @@ class Made(NamedTuple):
     # to its own factory instead of rebuilding this object), or None.
     plain: Any = None
     # The leaves and ``exact`` child still to be made from Python numbers
-    # (``leaves`` and ``exact`` are then empty), or None: see ``Pending``.
+    # (``leaves`` and ``exact`` are then empty), or None: see ``_leaves.Pending``.
     pending: Any = None
 
 
@@ -480,7 +480,7 @@ def _make(
     spec = _spec.spec_for(info, classified, analysis)
     python = {n: base[n] for n in classified.candidates if type(base[n]) in _PYTHON_NUMBERS}
     hosts = _host_values(spec, base, kept) if spec.carried else {}
-    pending = Pending.of(spec, classified, hosts)
+    pending = _pending(spec, classified, hosts)
     if pending is not None:
         leaves, exact = (), None
     else:
@@ -491,54 +491,18 @@ def _make(
     return Made(spec, leaves, exact, python, plain, pending)
 
 
-class Pending:
-    """An object's leaves and ``exact`` child, made from Python numbers when first needed.
-
-    A wrap from Python numbers (the common case) converts them to JAX arrays
-    in one jitted dispatch (``_leaves.make_exact``): about half the cost of a
-    cached wrap. It is done when the object's leaves are first read (it is
-    flattened, passed to ``jit``, used or inspected), so that a composition
-    whose parts are wrapped only to be handed to a parent (``chain(clip,
-    adamw(schedule))``) converts each number once, when the whole is used,
-    as ``optax.inject_hyperparams`` makes its arrays at ``init``. Made outside
-    any trace (``jax.ensure_compile_time_eval``): an object first used inside
-    ``jit`` keeps concrete leaves, not the trace's.
-    """
-
-    __slots__ = ("children", "hosts", "numbers", "spec")
-
-    def __init__(self, spec: _spec.Spec, numbers: list[Any], hosts: list[Any], children: dict[str, Any]):
-        self.spec = spec
-        self.numbers = numbers  # the dynamic arguments' Python numbers, in ``spec.dynamic_names`` order
-        self.hosts = hosts  # the carried expressions' host values, in ``spec.carried`` order
-        self.children = children  # the other leaves (wrapped children), by name
-
-    @classmethod
-    def of(cls, spec: _spec.Spec, classified: Classified, hosts: dict[Any, Any]) -> Pending | None:
-        """The pending leaves of the common case (Python numbers), else None (made now)."""
-        dynamic = spec.dynamic_names
-        if not dynamic:
-            return None
-        values = classified.values
-        if not all(type(values[n]) in _PYTHON_NUMBERS for n in dynamic):
-            return None
-        if not all(type(h) in _PYTHON_NUMBERS for h in hosts.values()):
-            return None
-        children = {n: values[n] for n in spec.leaf_names if spec.roles[n] != Role.DYNAMIC}
-        return cls(spec, [values[n] for n in dynamic], [hosts[e] for e in spec.carried], children)
-
-    def make(self) -> tuple[tuple[Any, ...], Any]:
-        """(leaves, exact child), concrete."""
-        spec = self.spec
-        with jax.ensure_compile_time_eval():
-            if spec.carried:
-                converted, exact = _leaves.make_exact(
-                    self.numbers, self.hosts, spec.carried_dtypes, spec.fingerprint_of
-                )
-            else:
-                converted, exact = _leaves.convert_numbers(self.numbers), None
-        by_name = dict(zip(spec.dynamic_names, converted))
-        return tuple(by_name[n] if n in by_name else self.children[n] for n in spec.leaf_names), exact
+def _pending(spec: _spec.Spec, classified: Classified, hosts: dict[Any, Any]) -> _leaves.Pending | None:
+    """The pending leaves of the common case (Python numbers), else None (made now)."""
+    dynamic = spec.dynamic_names
+    if not dynamic:
+        return None
+    values = classified.values
+    if not all(type(values[n]) in _PYTHON_NUMBERS for n in dynamic):
+        return None
+    if not all(type(h) in _PYTHON_NUMBERS for h in hosts.values()):
+        return None
+    children = {n: values[n] for n in spec.leaf_names if spec.roles[n] != Role.DYNAMIC}
+    return _leaves.Pending(spec, [values[n] for n in dynamic], [hosts[e] for e in spec.carried], children)
 
 
 def _leaves_and_exact(spec: _spec.Spec, classified: Classified, hosts: dict[Any, Any]) -> tuple[Any, Any]:

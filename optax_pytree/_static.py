@@ -37,7 +37,7 @@ from . import _leaves
 from ._bind import Wrapped
 
 
-class _ByIdentity:
+class ByIdentity:
     """Key for a value that can neither be hashed nor flattened to hashables."""
 
     __slots__ = ("value",)
@@ -49,7 +49,7 @@ class _ByIdentity:
         return id(self.value)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, _ByIdentity) and other.value is self.value
+        return isinstance(other, ByIdentity) and other.value is self.value
 
 
 class Key:
@@ -96,14 +96,14 @@ def _number_key(x: Any) -> Any:
 def _freeze_leaf(x: Any) -> Any:
     if isinstance(x, (np.ndarray, jax.Array)):
         if _leaves.is_tracer(x):
-            return _ByIdentity(x)
+            return ByIdentity(x)
         return _array_key(x)
     if isinstance(x, (float, complex, np.inexact)):
         return _number_key(x)
     try:
         hash(x)
     except TypeError:
-        return _ByIdentity(x)
+        return ByIdentity(x)
     return (type(x), x)
 
 
@@ -130,7 +130,7 @@ def _function_key(f: types.FunctionType, seen: frozenset[int]) -> Any:
     return (
         "function",
         f.__code__,
-        _ByIdentity(f.__globals__),
+        ByIdentity(f.__globals__),
         _freeze(f.__defaults__, seen),
         _freeze(f.__kwdefaults__, seen),
         _freeze(f.__dict__, seen) if f.__dict__ else None,
@@ -142,13 +142,13 @@ def _callable_key(value: Any, seen: frozenset[int]) -> Any:
     """The key of a function, bound method or partial, or None for anything else."""
     if isinstance(value, types.FunctionType):
         if id(value) in seen:  # it reaches itself (a recursive closure): by identity
-            return _ByIdentity(value)
+            return ByIdentity(value)
         return _function_key(value, seen)
     if isinstance(value, types.MethodType):
-        return ("method", _freeze(value.__func__, seen), _ByIdentity(value.__self__))
+        return ("method", _freeze(value.__func__, seen), ByIdentity(value.__self__))
     if isinstance(value, functools.partial):  # jax.tree_util.Partial too
         if id(value) in seen:
-            return _ByIdentity(value)
+            return ByIdentity(value)
         seen = seen | {id(value)}
         return (
             type(value),
@@ -199,5 +199,5 @@ def _freeze(value: Any, seen: frozenset[int]) -> Any:
         return (type(value), value)
     leaves, treedef = jax.tree_util.tree_flatten(value)
     if len(leaves) == 1 and leaves[0] is value:
-        return _ByIdentity(value)
+        return ByIdentity(value)
     return ("tree", treedef, tuple(_freeze_leaf(leaf) for leaf in leaves))

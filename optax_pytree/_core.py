@@ -1,0 +1,100 @@
+"""The core of a wrapped object: its spec and leaves, and its ``init``/``update``.
+
+A wrapped transformation is a tuple ``(init, update)`` like every optax
+transformation, and those two are bound methods of its :class:`Core`: no
+reference cycle with the wrapped object, which JAX rebuilds at every
+unflatten. Its leaves may still be pending (Python numbers not yet made into
+arrays, see ``_leaves.Pending``): they are made when first read.
+"""
+
+from __future__ import annotations
+
+# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
+from typing import Any
+
+from . import _build, _constants
+from ._spec import Spec
+
+
+class Core:
+    """Spec and leaves of one wrapped object; owns ``init``/``update``.
+
+    The wrapped transformation is a tuple ``(init, update)`` like every optax
+    transformation, so that ``optax.chain`` and friends can unpack it. Its two
+    elements are this core's bound methods: no reference cycle with the
+    wrapped object, which JAX rebuilds at every unflatten.
+    """
+
+    __slots__ = ("pending", "plain", "python", "spec", "stored_exact", "stored_leaves")
+
+    spec: Spec
+    stored_leaves: tuple[Any, ...]
+    stored_exact: Any
+    # Leaves still to be made from Python numbers (``_leaves.Pending``), or None.
+    pending: Any
+
+    @property
+    def leaves(self) -> tuple[Any, ...]:
+        """One per dynamic argument or child, in signature order."""
+        if self.pending is not None:
+            self.materialize()
+        return self.stored_leaves
+
+    @property
+    def exact(self) -> Any:
+        """The carried host values of the spec's expressions and the fingerprint of the
+        leaves they were computed from (see ``_guard.Guarded.exact``); None when the
+        factory does no Python arithmetic on its arguments."""
+        if self.pending is not None:
+            self.materialize()
+        return self.stored_exact
+
+    def materialize(self) -> None:
+        pending = self.pending
+        if pending is not None:
+            self.stored_leaves, self.stored_exact = pending.make()
+            self.pending = None
+
+    # The Python values the object was made from (``wrap``, ``replace``), so
+    # that a later ``replace`` computes the carried values from them, not
+    # from float32 leaves; empty once JAX has rebuilt the object from leaves.
+    python: dict[str, Any]
+    # What the factory returned for those Python values (a parent's wrap takes
+    # it as its argument); None once JAX has rebuilt the object from leaves.
+    plain: Any
+
+    def argument(self, name: str, build_children: bool = False) -> Any:
+        return _build.argument(self.spec, self.leaves, name, build_children)
+
+    def arguments(self, build_children: bool) -> dict[str, Any]:
+        return _build.arguments(self.spec, self.leaves, build_children)
+
+    def build_raw(self) -> Any:
+        return _build.build_raw(self.spec, self.leaves, self.exact)
+
+    def build(self) -> Any:
+        return _build.build(self.spec, self.leaves, self.exact)
+
+    def built_from(self, hyper: tuple[tuple[Any, ...], Any]) -> Any:
+        return _build.build(self.spec, *hyper)
+
+    def init(self, params: Any) -> Any:
+        try:
+            return _constants.call(lambda h, p: self.built_from(h).init(p), (self.leaves, self.exact), params)
+        except Exception as e:
+            _build.raise_traced_failure(e, self.spec, self.leaves, "init")
+            raise
+
+    def update(self, updates: Any, state: Any, params: Any = None, **extra_args: Any) -> tuple[Any, Any]:
+        try:
+            return _constants.call(
+                lambda h, *a, **k: self.built_from(h).update(*a, **k),
+                (self.leaves, self.exact),
+                updates,
+                state,
+                params,
+                **extra_args,
+            )
+        except Exception as e:
+            _build.raise_traced_failure(e, self.spec, self.leaves, "update")
+            raise
