@@ -278,10 +278,10 @@ def flax_guide_masked_scales(optax: Any, rate: float) -> Any:
     # google/flax: docs/guides/converting_and_upgrading/optax_update_guide.rst
     # ("Multiple Optimizers / Updating a Subset of Parameters"): masks from a traversal.
     momentum = 0.9
+    # kernels = ModelParamTraversal(lambda p, _: 'kernel' in p); kernels.update(lambda _: True, all_false)
     all_false = jax.tree_util.tree_map(lambda _: False, MLP_PARAMS)
-    kernels_mask = path_aware_map(lambda p, _: "kernel" in p, MLP_PARAMS)
-    biases_mask = path_aware_map(lambda p, _: "bias" in p, MLP_PARAMS)
-    assert jax.tree_util.tree_structure(kernels_mask) == jax.tree_util.tree_structure(all_false)
+    kernels_mask = path_aware_map(lambda p, v: True if "kernel" in p else v, all_false)
+    biases_mask = path_aware_map(lambda p, v: True if "bias" in p else v, all_false)
     return optax.chain(
         optax.trace(decay=momentum),
         optax.masked(optax.scale(-rate), kernels_mask),
