@@ -187,6 +187,10 @@ def _freeze(value: Any, seen: frozenset[int]) -> Any:
     if type(value) in (dict, list, tuple):
         items = value.items() if isinstance(value, dict) else enumerate(value)
         return (type(value), tuple((k, _freeze(v, seen)) for k, v in items))
+    if isinstance(value, tuple) and hasattr(type(value), "_fields"):
+        # A named tuple (a plain optax transformation: its init and update
+        # closures) item by item, so its functions compare by structure.
+        return (type(value), tuple(_freeze(v, seen) for v in value))
     if callable(value):
         key = _callable_key(value, seen)
         if key is not None:

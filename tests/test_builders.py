@@ -177,6 +177,12 @@ def test_what_makes_two_callables_the_same_static_value() -> None:
     assert freeze(make(sched)) == freeze(make(dropin.linear_schedule(0.1, 0.0, 10)))  # by leaves
     assert freeze(make(sched)) != freeze(make(dropin.linear_schedule(0.2, 0.0, 10)))
 
+    # A plain optax transformation (a named tuple of two closures), built anew.
+    assert freeze(plain.transforms.freeze({"a": True})) == freeze(plain.transforms.freeze({"a": True}))
+    assert freeze(plain.transforms.freeze({"a": True})) != freeze(plain.transforms.freeze({"a": False}))
+    assert freeze(plain.adam(0.1)) == freeze(plain.adam(0.1))
+    assert freeze(plain.adam(0.1)) != freeze(plain.adam(0.2))
+
     class Holder:
         def method(self) -> None: ...
 
