@@ -264,6 +264,26 @@ def _structure_of(value: Any) -> Any:
     return (treedef, tuple(structure(x) if is_wrapped(x) else None for x in leaves))
 
 
+def _with_closure_children(value: Any, options: Options) -> Any:
+    """A container with the functions in it that become children (``_closures``) made so."""
+    if closure_child is None or options.dynamic_only is not None:
+        return value
+    if isinstance(value, dict):
+        items = {k: _with_closure_children(v, options) for k, v in value.items()}
+        return items if any(items[k] is not v for k, v in value.items()) else value
+    if isinstance(value, (tuple, list)):
+        items = [_with_closure_children(v, options) for v in value]
+        if all(a is b for a, b in zip(items, value)):
+            return value
+        if isinstance(value, list):
+            return items
+        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
+    if callable(value) and not is_wrapped(value):
+        child = closure_child(value)
+        return value if child is None else child
+    return value
+
+
 def _contains_wrapped(value: Any) -> bool:
     return any(is_wrapped(x) for x in jax.tree_util.tree_leaves(value, is_leaf=is_wrapped))
 
@@ -431,7 +451,9 @@ def classify(info: FactoryInfo, arguments: dict[str, Any], options: Options) -> 
             python = False
             role = Role.CHILD
             key_parts.append((name, role, structure(value)))
-        elif isinstance(value, (tuple, list, dict)) and _contains_wrapped(value):
+        elif isinstance(value, (tuple, list, dict)) and _contains_wrapped(
+            value := _with_closure_children(value, options)
+        ):
             python = False
             role = Role.CHILD
             out.templates[name], value = Template.split(value)

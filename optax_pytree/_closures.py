@@ -57,23 +57,39 @@ _WRITES = frozenset({"STORE_DEREF", "DELETE_DEREF"})
 
 
 @functools.lru_cache(maxsize=1024)
-def _writes_a_cell(code: types.CodeType) -> bool:
-    """Whether ``code``, or a function it defines, assigns a closure variable (``nonlocal``)."""
-    if any(i.opname in _WRITES for i in dis.get_instructions(code)):
+def _writes_a_cell(code: types.CodeType, names: frozenset[str] | None = None) -> bool:
+    """Whether ``code``, or a function it defines, assigns one of its free variables (``nonlocal``).
+
+    ``names``: the free variables of the outermost function (its cells); a
+    variable of its own that a nested function captures is no such cell.
+    """
+    names = frozenset(code.co_freevars) if names is None else names
+    free = names & frozenset(code.co_freevars)
+    if free and any(i.opname in _WRITES and i.argval in free for i in dis.get_instructions(code)):
         return True
-    return any(isinstance(c, types.CodeType) and _writes_a_cell(c) for c in code.co_consts)
+    return any(isinstance(c, types.CodeType) and _writes_a_cell(c, names) for c in code.co_consts)
 
 
-def _convertible(value: Any) -> bool:
-    if is_wrapped(value):
-        return True
+def _is_number(value: Any) -> bool:
     return (type(value) is float or type(value) is int) and -(2**31) <= value < 2**31
+
+
+def _convertible(value: Any, seen: frozenset[int]) -> bool:
+    """A number, a wrapped object, or a function that may itself become a child."""
+    if is_wrapped(value) or _is_number(value):
+        return True
+    return type(value) is types.FunctionType and _cells(value, seen) is not None
 
 
 def cells(fn: Any) -> dict[str, Any] | None:
     """The captured values of ``fn`` by name, if it may become a child (see the module), else None."""
-    if type(fn) is not types.FunctionType or not fn.__closure__:
+    return _cells(fn, frozenset())
+
+
+def _cells(fn: Any, seen: frozenset[int]) -> dict[str, Any] | None:
+    if type(fn) is not types.FunctionType or not fn.__closure__ or id(fn) in seen or len(seen) > 8:
         return None
+    seen = seen | {id(fn)}
     out: dict[str, Any] = {}
     useful = False
     for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
@@ -84,15 +100,15 @@ def cells(fn: Any) -> dict[str, Any] | None:
         if value is fn:  # it calls itself: rebuilt, it would call the old one
             return None
         out[name] = value
-        useful = useful or _convertible(value)
+        useful = useful or _convertible(value, seen)
     if not useful or _writes_a_cell(fn.__code__):
         return None
     return out
 
 
 def only_wrapped(values: dict[str, Any]) -> bool:
-    """No number among the cells: a child whatever it is (see the module)."""
-    return not any(_convertible(v) and not is_wrapped(v) for v in values.values())
+    """No number among the cells (wrapped objects and functions): a child whatever it is."""
+    return not any(_is_number(v) for v in values.values())
 
 
 def gives_a_number(fn: Any) -> bool:

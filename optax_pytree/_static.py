@@ -19,21 +19,28 @@ defaults, equal attributes and closure cells equal by these same rules
 content, nested functions and partials recursively, wrapped objects by
 treedef and leaves); a bound method also needs the same ``self``;
 ``functools.partial`` and ``jax.tree_util.Partial`` compare by function,
-arguments and keywords. Whatever these rules cannot compare (an object
-that is neither hashable nor a pytree, a function that reaches itself) is
-compared by identity, so two callables are never wrongly equal.
+arguments and keywords; a function that reaches itself through its cells,
+by the shape of that cycle. An object of the program's a closure holds (its
+config, ``self``) counts by the attributes the function can read of it
+(``_reads``: levanter's builders close over a config that holds the swept
+rate, which the closure never reads), else as a whole: a dataclass by its
+fields. Whatever these rules cannot compare (an object that is neither
+hashable, a dataclass nor a pytree) is compared by identity, so two
+callables are never wrongly equal.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import types
+import typing
 from typing import Any
 
 import jax
 import numpy as np
 
-from . import _leaves
+from . import _leaves, _reads
 from ._bind import Wrapped
 
 
@@ -117,16 +124,17 @@ class _EmptyCell:
 _EMPTY_CELL = _EmptyCell()
 
 
-def _function_key(f: types.FunctionType, seen: frozenset[int]) -> Any:
+def _function_key(f: types.FunctionType, seen: tuple[int, ...]) -> Any:
     """A function by its code, module, defaults, attributes and closure cells (see the module)."""
-    seen = seen | {id(f)}
+    seen = (*seen, id(f))
     cells = []
-    for cell in f.__closure__ or ():
+    for name, cell in zip(f.__code__.co_freevars, f.__closure__ or ()):
         try:
             contents = cell.cell_contents
         except ValueError:  # not assigned yet
             contents = _EMPTY_CELL
-        cells.append(_freeze(contents, seen))
+        held = _object_key(f, name, contents, seen) if _is_object(contents) else _freeze(contents, seen)
+        cells.append(held)
     return (
         "function",
         f.__code__,
@@ -138,18 +146,41 @@ def _function_key(f: types.FunctionType, seen: frozenset[int]) -> Any:
     )
 
 
-def _callable_key(value: Any, seen: frozenset[int]) -> Any:
+_NOT_OBJECTS = (type, types.ModuleType, types.FunctionType, types.MethodType, functools.partial, Wrapped)
+
+
+def _is_object(value: Any) -> bool:
+    """An instance of a class of the program's (a config): compared by what is read of it."""
+    return hasattr(value, "__dict__") and not isinstance(value, _NOT_OBJECTS) and not callable(value)
+
+
+def _object_key(f: types.FunctionType, var: str, obj: Any, seen: tuple[int, ...]) -> Any:
+    """An object a closure holds, by the attributes it can read (``_reads``), else as a whole."""
+    names = _reads.attributes_read(f, var, obj)
+    if names is None:
+        return _freeze(obj, seen)
+    missing = object()
+    values = tuple((n, _freeze(getattr(obj, n, missing), seen)) for n in sorted(names))
+    return ("object", type(obj), values)
+
+
+def _back(value: Any, seen: tuple[int, ...]) -> Any:
+    """A function or partial met again inside itself: where, from here (a cycle, compared by shape)."""
+    return ("back", len(seen) - seen.index(id(value)))
+
+
+def _callable_key(value: Any, seen: tuple[int, ...]) -> Any:
     """The key of a function, bound method or partial, or None for anything else."""
     if isinstance(value, types.FunctionType):
-        if id(value) in seen:  # it reaches itself (a recursive closure): by identity
-            return ByIdentity(value)
+        if id(value) in seen:  # it reaches itself (a recursive closure)
+            return _back(value, seen)
         return _function_key(value, seen)
     if isinstance(value, types.MethodType):
         return ("method", _freeze(value.__func__, seen), ByIdentity(value.__self__))
     if isinstance(value, functools.partial):  # jax.tree_util.Partial too
         if id(value) in seen:
-            return ByIdentity(value)
-        seen = seen | {id(value)}
+            return _back(value, seen)
+        seen = (*seen, id(value))
         return (
             type(value),
             _freeze(value.func, seen),
@@ -171,10 +202,10 @@ def freeze(value: Any) -> Any:
     keyed by their treedef and the frozen leaves. What still cannot be hashed
     is keyed by identity.
     """
-    return _freeze(value, frozenset())
+    return _freeze(value, ())
 
 
-def _freeze(value: Any, seen: frozenset[int]) -> Any:
+def _freeze(value: Any, seen: tuple[int, ...]) -> Any:
     if isinstance(value, (np.ndarray, jax.Array)):
         return _freeze_leaf(value)
     if isinstance(value, Wrapped):  # a wrapped child made static: by its treedef and leaf values
@@ -203,5 +234,13 @@ def _freeze(value: Any, seen: frozenset[int]) -> Any:
         return (type(value), value)
     leaves, treedef = jax.tree_util.tree_flatten(value)
     if len(leaves) == 1 and leaves[0] is value:
+        params = getattr(type(value), "__dataclass_params__", None)
+        if params is not None and params.eq:  # a config: equal as its fields are, as == says
+            fields = dataclasses.fields(typing.cast(Any, value))
+            return (
+                "dataclass",
+                type(value),
+                tuple((f.name, _freeze(getattr(value, f.name), seen)) for f in fields),
+            )
         return ByIdentity(value)
     return ("tree", treedef, tuple(_freeze_leaf(leaf) for leaf in leaves))

@@ -10,6 +10,7 @@ captured values are another treedef, with plain optax's numbers for them.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -196,7 +197,57 @@ def test_what_makes_two_callables_the_same_static_value() -> None:
 
         return countdown
 
-    assert freeze(recursive()) != freeze(recursive())  # reaches itself: by identity
+    assert freeze(recursive()) == freeze(recursive())  # reaches itself: compared by shape
+
+
+@dataclasses.dataclass
+class _Config:
+    """A config object a builder's closure holds (levanter's optimizer configs)."""
+
+    learning_rate: float
+    beta1: float = 0.9
+    log_name: str = "run"
+
+    def clip(self) -> float:
+        return 1.0 if self.beta1 > 0.5 else 0.5
+
+    def build(self) -> Any:
+        def _optimizer(learning_rate: Any) -> Any:  # reads beta1, and through clip() beta1 again
+            return plain.chain(plain.clip_by_global_norm(self.clip()), plain.adam(learning_rate, self.beta1))
+
+        return _optimizer
+
+    def build_passing_self(self) -> Any:
+        def _optimizer(learning_rate: Any) -> Any:
+            return _describe(self, learning_rate)  # self given away: what is read of it is unknown
+
+        return _optimizer
+
+
+def _describe(config: Any, learning_rate: Any) -> Any:
+    return plain.adam(learning_rate * config.learning_rate)
+
+
+def test_a_closure_over_a_config_object_is_compared_by_what_it_reads() -> None:
+    one, other_rate, other_beta = _Config(1e-3), _Config(3e-3, log_name="b"), _Config(1e-3, beta1=0.8)
+    assert freeze(one.build()) == freeze(other_rate.build())  # learning_rate and log_name unread
+    assert freeze(one.build()) != freeze(other_beta.build())
+    assert freeze(one.build_passing_self()) != freeze(other_rate.build_passing_self())
+    assert freeze(one.build_passing_self()) == freeze(_Config(1e-3).build_passing_self())  # equal objects
+    traces: list[int] = []
+
+    @jax.jit
+    def step(tx: Any, params: Any) -> Any:
+        traces.append(1)
+        return tx.update(GRADS, tx.init(params), params)[0]
+
+    for config in (_Config(1e-3), _Config(3e-3), _Config(1e-2)):
+        tx = dropin.inject_hyperparams(config.build())(learning_rate=config.learning_rate)
+        expected = plain.inject_hyperparams(config.build())(learning_rate=config.learning_rate)
+        chex.assert_trees_all_close(
+            step(tx, PARAMS), expected.update(GRADS, expected.init(PARAMS), PARAMS)[0]
+        )
+    assert len(traces) == 1
 
 
 def test_leaves_made_at_first_use_inside_jit_are_concrete() -> None:
