@@ -1,16 +1,24 @@
 """Steps 1 to 4 in order: from a factory's arguments to what a wrapped object is made of.
 
 ``make`` binds nothing itself (``_bind`` did): it classifies the arguments
-(``_classify``), calls the factory with the values as given (its checks,
-exceptions and warnings are optax's, on every wrap), finds the analysis of
-this configuration and branch (cached per configuration in ``_spec``, else
-probed by ``_detect`` and verified bit for bit by ``_verify``, bisecting a
-difference to the argument that must be static), checks the leaves take the
-branches their Python values took, interns the static configuration
-(``_spec``), and computes the host values the object carries (see
-``_guard.Guarded.exact``). It returns a :class:`Made`; ``_tree.new`` makes
-the object from it. The object (``_tree``) calls this for ``replace`` and
-unpickling; the entry points (``_wrap``) for ``wrap``.
+(``_classify``; a function given as an argument may become a child there,
+see ``_closures``), calls the factory with the values as given (its checks,
+exceptions and warnings are optax's, on every wrap; children are handed to
+it as what their own factories returned, ``plain_child``), finds the
+analysis of this configuration and branch (cached per configuration in
+``_spec``, else probed by ``_detect`` and verified bit for bit by
+``_verify``, bisecting a difference to the argument that must be static;
+both run quietly, see ``_quiet``), checks the leaves take the branches their
+Python values took, interns the static configuration (``_spec``), and
+computes the host values the object carries (see ``_guard.Guarded.exact``).
+From Python numbers, the leaf arrays themselves are made when the object is
+first used (``_leaves.Pending``). It returns a :class:`Made`; ``_tree.new``
+makes the object from it. The object (``_tree``) calls this for ``replace``
+and unpickling; the entry points (``_wrap``) for ``wrap``.
+
+Never a refusal of what plain optax accepts: where the mechanism cannot
+honour a part of a configuration (:class:`Degrade`), that part is made
+static, with one warning that says which part and why.
 """
 
 from __future__ import annotations

@@ -19,18 +19,26 @@ its integer arguments included). A difference makes the responsible argument
 static (found by bisection, re-analysed with it static, checked again), so it
 shows in ``detected_static_argnames``.
 
-The comparison is at the float32 round-off of the hyperparameters: a leaf
-holds a Python float rounded to float32, and optax's Python arithmetic on it
-is done in float32 (``1 - b2`` of ``b2 = 0.9999`` comes out 6e-4 off). The
-wrapped build passes if it agrees (relative 1e-4) with the factory called
-with the values given, or with the factory called with the values its leaves
-hold where those two agree to 1% (the same branch, round-off amplified).
+Both programs are traced to jaxprs and evaluated with NumPy on the host
+(:func:`evaluate`: nothing is compiled), and compared bit for bit
+(:func:`difference` with ``exact=True``): the object carries the host values
+of the Python arithmetic the factory does on its arguments (``1 - b2``, see
+``_guard.Guarded.exact``), so its numbers are the factory's exactly. The two
+programs must also use the same operations that XLA does not round
+correctly (:func:`approximate_ops`: ``exp``, ``pow``, ...), which the NumPy
+evaluation cannot tell apart; a ``pow`` whose exponent plain optax has as a
+constant XLA specializes (2.0, 3.0, 0.5, -1.0: ``x ** 2.0`` becomes
+``x * x``) and the wrapped build has as a leaf is reported as such, and the
+argument feeding it (:func:`exponent_inputs`) is static at those values.
 
 What it cannot see: a factory that reads mutable global state when called
 (wrapped factories must be pure functions of their arguments, as
 ``optax.inject_hyperparams`` requires), and a decision taken by string
 formatting or identity at values other than the ones analysed (the check runs
-once per configuration and branch, not at every value).
+once per configuration and branch, not at every value). A difference it
+cannot bisect to a numeric argument (even with every one static) makes the
+whole configuration static, with a warning (``_pipeline.Degrade``): never a
+refusal of what plain optax accepts.
 """
 
 from __future__ import annotations
