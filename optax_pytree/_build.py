@@ -5,7 +5,11 @@ factory runs on tracers: a new learning rate is a new leaf value, not a new
 program. Guarded arguments are passed as :class:`~optax_pytree._guard.Guarded`
 stand-ins answering from the spec's guards; their leaves are checked against
 the guards where they are concrete, and the outputs are NaN where traced
-leaves do not satisfy them (see ``_guard`` and ``_checks``).
+leaves do not satisfy them (see ``_guard`` and ``_checks``). Children are
+built first, into the plain optax objects the factory takes. The factory is
+called quietly (its warnings, log lines and output were the user's once, at
+``wrap``: see ``_quiet``); the carried host values replace the traced
+arithmetic where they are fresh (``carried``).
 """
 
 from __future__ import annotations
