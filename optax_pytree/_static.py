@@ -218,6 +218,8 @@ def _freeze(value: Any, seen: tuple[int, ...]) -> Any:
     if type(value) in (dict, list, tuple):
         items = value.items() if isinstance(value, dict) else enumerate(value)
         return (type(value), tuple((k, _freeze(v, seen)) for k, v in items))
+    if type(value) is set:  # optax.inject_hyperparams' closure holds its static_args as one
+        return (set, frozenset(_freeze(v, seen) for v in value))
     if isinstance(value, tuple) and hasattr(type(value), "_fields"):
         # A named tuple (a plain optax transformation: its init and update
         # closures) item by item, so its functions compare by structure.
