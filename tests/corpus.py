@@ -181,7 +181,7 @@ TRANSFORMER = arrays(
 )
 
 
-def _nlp_seq_scheduler(
+def flax_nlp_seq_scheduler(
     factors: str = "constant * linear_warmup * rsqrt_decay",
     base_learning_rate: float = 0.5,
     warmup_steps: int = 8000,
@@ -207,7 +207,7 @@ def _nlp_seq_scheduler(
 
 def flax_nlp_seq(optax: Any, rate: float) -> Any:
     # google/flax: examples/nlp_seq/train.py (main): adamw over a user-written schedule.
-    learning_rate_fn = _nlp_seq_scheduler(base_learning_rate=rate, warmup_steps=2)
+    learning_rate_fn = flax_nlp_seq_scheduler(base_learning_rate=rate, warmup_steps=2)
     return optax.adamw(learning_rate_fn, b1=0.9, b2=0.98, eps=1e-9, weight_decay=1e-1)
 
 

@@ -16,32 +16,13 @@ import chex
 import jax
 import jax.numpy as jnp
 import optax as plain
+from corpus import flax_nlp_seq_scheduler as rsqrt_schedule
 
 import optax_pytree as opx
 import optax_pytree.optax as dropin
 
 PARAMS = {"kernel": jnp.linspace(-1.0, 1.0, 6).reshape(3, 2), "bias": jnp.array([0.1, -0.2])}
 GRADS = jax.tree_util.tree_map(lambda x: 0.3 * x + 0.05, PARAMS)
-
-
-def rsqrt_schedule(
-    base_learning_rate: float, warmup_steps: int, factors: str = "constant * warmup * rsqrt"
-) -> Any:
-    """flax's examples' ``create_learning_rate_schedule``, re-expressed: factors parsed in Python."""
-    names = [n.strip() for n in factors.split("*")]
-
-    def step_fn(step: Any) -> Any:
-        ret = 1.0
-        for name in names:
-            if name == "constant":
-                ret *= base_learning_rate
-            elif name == "warmup":
-                ret *= jnp.minimum(1.0, step / warmup_steps)
-            elif name == "rsqrt":
-                ret /= jnp.sqrt(jnp.maximum(step, warmup_steps))
-        return jnp.asarray(ret, dtype=jnp.float32)
-
-    return step_fn
 
 
 def negated(optax: Any, peak: float) -> Any:
@@ -76,12 +57,12 @@ def _one_trace(builds: list[tuple[Any, Any]]) -> int:
 
 
 def test_a_schedule_closed_over_the_rate_is_a_child_whose_numbers_are_leaves() -> None:
+    def make(optax: Any, rate: float, factors: str = "constant * linear_warmup * rsqrt_decay") -> Any:
+        schedule = rsqrt_schedule(factors, base_learning_rate=rate, warmup_steps=4)
+        return optax.adamw(schedule, weight_decay=0.1)
+
     rates = (2e-3, 4e-3, 1e-3)
-    builds = [
-        (dropin.adamw(rsqrt_schedule(r, 4), weight_decay=0.1), plain.adamw(rsqrt_schedule(r, 4)))
-        for r in rates
-    ]
-    builds = [(d, plain.adamw(rsqrt_schedule(r, 4), weight_decay=0.1)) for (d, _), r in zip(builds, rates)]
+    builds = [(make(dropin, r), make(plain, r)) for r in rates]
     assert _one_trace(builds) == 1
     tx = builds[0][0]
     assert isinstance(tx.learning_rate, opx.PyTreeSchedule)
@@ -92,11 +73,9 @@ def test_a_schedule_closed_over_the_rate_is_a_child_whose_numbers_are_leaves() -
         chex.assert_trees_all_equal(_steps(got, 6), _steps(expected, 6))
         assert float(got.learning_rate.base_learning_rate) == jnp.float32(rate)
     # Another string (static: parsed in Python) is another configuration.
-    other = dropin.adamw(rsqrt_schedule(2e-3, 4, "constant * warmup"), weight_decay=0.1)
+    other = make(dropin, 2e-3, "constant * linear_warmup")
     assert jax.tree_util.tree_structure(other) != jax.tree_util.tree_structure(tx)
-    chex.assert_trees_all_equal(
-        _steps(other), _steps(plain.adamw(rsqrt_schedule(2e-3, 4, "constant * warmup"), weight_decay=0.1))
-    )
+    chex.assert_trees_all_equal(_steps(other), _steps(make(plain, 2e-3, "constant * linear_warmup")))
 
 
 def test_a_closure_over_a_wrapped_schedule_is_a_child() -> None:
