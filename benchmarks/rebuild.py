@@ -597,5 +597,12 @@ def markdown(r: dict[str, Any]) -> list[str]:
         "`jax.tree_util.tree_leaves(tx)`, waited for (the conversion of its numbers)."
         + (f" Not found, counted in the rest: {', '.join(first['missing'])}." if first["missing"] else ""),
         _first_table(first),
+        "Why the first wrap of adam is over 10 ms: it traces adam's `init` and `update` three times, "
+        "each a few milliseconds of JAX tracing (about 500 operations): once in the probe (stand-ins "
+        "for every numeric argument, recording comparisons and the Python arithmetic that reaches "
+        "JAX), and twice in the verification (the wrapped build with its leaves traced, and the "
+        "factory with the Python values), whose jaxprs are then evaluated with NumPy and compared bit "
+        "for bit. That verification is the never-silently-wrong guarantee; it runs once per "
+        "configuration and branch, and every later wrap costs microseconds.",
     ]
     return section("## 9. Rebuild", *parts)
