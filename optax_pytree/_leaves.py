@@ -217,6 +217,11 @@ def is_tracer(x: Any) -> bool:
     return isinstance(x, Tracer)
 
 
+def is_key(x: Any) -> bool:
+    """A typed PRNG key array (``jax.random.key``): no NumPy value of its own."""
+    return isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
 # --------------------------------------------------------------------------
 # The concrete value of an argument, four ways. Which one a check uses
 # decides whether it is right: a comparison the factory makes in Python is
@@ -246,7 +251,7 @@ def value_as_given(x: Any) -> Any:
         return x
     if isinstance(x, np.ndarray):
         return x[()] if x.ndim == 0 else None
-    if isinstance(x, jax.Array) and not is_tracer(x) and x.ndim == 0:
+    if isinstance(x, jax.Array) and not is_tracer(x) and x.ndim == 0 and not is_key(x):
         return np.asarray(x)[()]
     return None
 
@@ -260,7 +265,7 @@ def value_as_static(x: Any) -> Any:
     (:func:`as_python_number`): the factory gets that number, as it got it
     from the user (``isinstance(x, float)`` holds, as in optax).
     """
-    if isinstance(x, jax.Array) and not is_tracer(x):
+    if isinstance(x, jax.Array) and not is_tracer(x) and not is_key(x):
         if x.ndim == 0 and getattr(x, "weak_type", False):
             return x.item()
         a = np.asarray(x)
@@ -317,6 +322,8 @@ def aval_key(x: Any) -> Any:
     if isinstance(x, (np.ndarray, np.generic, jax.Array)):
         if x.ndim == 0 and x.dtype in _DEFAULT_KINDS:
             return ((), _canonical(x.dtype), True)
+        if jnp.issubdtype(x.dtype, jax.dtypes.prng_key):  # a typed key: no NumPy dtype
+            return (tuple(x.shape), str(x.dtype), False)
         return (tuple(x.shape), _canonical(x.dtype), bool(getattr(x, "weak_type", False)))
     return jax.tree_util.tree_structure(x)
 

@@ -38,6 +38,7 @@ import typing
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from . import _leaves, _reads
@@ -86,6 +87,8 @@ class Key:
 
 
 def _array_key(x: Any) -> tuple[Any, ...]:
+    if isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
+        return ("key", str(x.dtype), _array_key(jax.random.key_data(x)))  # typed keys: by their data
     a = np.asarray(x)
     return ("array", a.shape, a.dtype.str, a.tobytes())
 

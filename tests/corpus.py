@@ -50,6 +50,11 @@ class Config:
     extra: str = ""  # "value": update(..., value=loss) (reduce_on_plateau)
     lookahead: bool = False  # params are optax.LookaheadParams; gradients are the fast ones'
     note: str = ""  # what a reader should know when a check fails
+    # Where the source needs a newer optax than the oldest supported (0.2.5):
+    # a name it uses ("contrib.MuonDimensionNumbers"), and the optax from which
+    # the swept rate can be a leaf at all (older ones need it as a Python value).
+    needs: str = ""
+    one_trace_from: tuple[int, ...] = ()
 
 
 # ---------------------------------------------------------------------------
@@ -1792,6 +1797,9 @@ CORPUS: list[Config] = [
         optax_cifar10_resnet,
         RESNET,
         (0.12, 0.24, 0.06),
+        # optax < 0.2.7's piecewise_interpolate_schedule computes its values
+        # with NumPy when it is made: peak_value must be a Python value there.
+        one_trace_from=(0, 2, 7),
     ),
     Config(
         "optax-lookahead_mnist-adam",
@@ -1836,6 +1844,7 @@ CORPUS: list[Config] = [
         optax_muon,
         MUON_PARAMS,
         (1e-3, 2e-3, 5e-4),
+        needs="contrib.MuonDimensionNumbers",
     ),
     Config(
         "optax-freezing-transforms.freeze",

@@ -47,7 +47,7 @@ import jax
 import jax.numpy as jnp
 import optax as plain_optax
 import pytest
-from helpers import PARAMS, assert_tree_allclose, loss
+from helpers import PARAMS, assert_jit_bit_for_bit, assert_tree_allclose, loss
 
 import optax_pytree as opx
 import optax_pytree.optax as dropin_optax
@@ -567,24 +567,46 @@ RTOL, ATOL = 1e-5, 1e-5
 # ``max_norm``, which it cannot do with a leaf: the last bit of Adam's ``nu``
 # differs (9e-13 after two steps). Those pairs are compared as the jitted runs
 # are, to round-off (docs/guide/numerics.md lists them).
+# Those and MultiSteps, whose lax.cond is compiled too, are bit for bit where
+# the jit numerics are (helpers.BIT_FOR_BIT_UNDER_JIT: the jaxlib the XLA
+# rewrites were measured with), to round-off on other jaxlibs.
 COMPILED_EAGERLY = {"apply_if_finite", "conditionally_mask", "conditionally_transform"}
+IN_A_COND = {*COMPILED_EAGERLY, "multisteps", "multisteps_skip_not_finite"}
 CLIP_BEFORE_ADAM = {"chain_clip_adam_cosine"}
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_eager_steps_equal_optax_bit_for_bit(case: Case) -> None:
+    _needs_available(case)
     tx = case.combinator.build(case.mode, case.inner)
     options = case.combinator.options
     got = _eager_steps(tx, _params(options), options)
     expected = _reference(case.combinator, case.inner)
     if case.combinator.id in COMPILED_EAGERLY and case.inner.id in CLIP_BEFORE_ADAM:
         assert_tree_allclose(got, expected, rtol=RTOL, atol=ATOL)
+    elif case.combinator.id in IN_A_COND:
+        assert_jit_bit_for_bit(got, expected)
     else:
         chex.assert_trees_all_equal(got, expected, strict=True)
 
 
+# Combinators newer than the oldest optax supported (0.2.5): (module, name).
+NEWER = {
+    "freeze": (plain_optax, "freeze"),
+    "selective_transform": (plain_optax, "selective_transform"),
+    "scale_by_galore": (plain_optax.contrib, "scale_by_galore"),
+}
+
+
+def _needs_available(case: Case) -> None:
+    found = NEWER.get(case.combinator.id)
+    if found is not None and not hasattr(*found):
+        pytest.skip(f"optax {plain_optax.__version__} has no {found[0].__name__}.{found[1]}")
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_jitted_steps_equal_optax(case: Case) -> None:
+    _needs_available(case)
     tx = case.combinator.build(case.mode, case.inner)
     options = case.combinator.options
     if case.mode.outer is plain_optax:
@@ -602,6 +624,7 @@ PYTREE_CASES = [c for c in CASES if c.mode.outer is not plain_optax]
 def test_rebuilt_optimizer_has_the_same_treedef(case: Case) -> None:
     """The same builder called again (fresh lambdas, new objects) gives the
     same treedef: a jitted step taking the optimizer compiles once."""
+    _needs_available(case)
     first, again = (case.combinator.build(case.mode, case.inner) for _ in range(2))
     assert jax.tree.structure(first) == jax.tree.structure(again)
 
