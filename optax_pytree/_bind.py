@@ -141,6 +141,8 @@ class FactoryInfo:
         self.named = [p for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
         self.param_names = frozenset(p.name for p in params)
         self.defaults = {p.name: p.default for p in params if p.default is not _EMPTY}
+        # (name, default, keyword-only) of the named parameters: read on every wrap.
+        self.plain_params = [(p.name, p.default, p.kind is p.KEYWORD_ONLY) for p in self.named]
         self.simple = (
             self.var_positional is None
             and self.var_keyword is None
@@ -201,22 +203,22 @@ class FactoryInfo:
         if self.simple and len(args) <= len(self.named):
             if args:  # positional arguments fill the first parameters, in order
                 given = {}
-                for p, value in zip(self.named, args):
-                    if p.kind is p.KEYWORD_ONLY or p.name in kwargs:
+                for (name, _, keyword_only), value in zip(self.plain_params, args):
+                    if keyword_only or name in kwargs:
                         return self._bind_slowly(args, kwargs)  # let inspect word the error
-                    given[p.name] = value
+                    given[name] = value
                 kwargs = {**given, **kwargs}
             for k in kwargs:
                 if k not in self.param_names:
                     self._unknown(k)
             out = {}
-            for p in self.named:
-                if p.name in kwargs:
-                    out[p.name] = kwargs[p.name]
-                elif p.default is not _EMPTY:
-                    out[p.name] = p.default
+            for name, default, _ in self.plain_params:
+                if name in kwargs:
+                    out[name] = kwargs[name]
+                elif default is not _EMPTY:
+                    out[name] = default
                 else:
-                    raise TypeError(f"{self.name}: missing required argument {p.name!r}")
+                    raise TypeError(f"{self.name}: missing required argument {name!r}")
             return out
         return self._bind_slowly(args, kwargs)
 

@@ -431,6 +431,11 @@ def classify(info: FactoryInfo, arguments: dict[str, Any], options: Options) -> 
             roles[name] = Role.DYNAMIC
             values[name] = value
             continue
+        if plain and (value is None or type(value) is bool):  # the common static values, fast
+            key_parts.append((name, Role.STATIC, (type(value), value)))
+            roles[name] = Role.STATIC
+            values[name] = value
+            continue
         check_value(info, name, value)
         if name in options.static:
             role = Role.STATIC

@@ -279,6 +279,12 @@ def value_as_leaf(x: Any) -> Any:
     A Python float becomes a float32 leaf (float64 with ``jax_enable_x64``):
     guards are checked on the value the traced code will see.
     """
+    kind = type(x)
+    if not jax.config.jax_enable_x64:  # pyright: ignore[reportAttributeAccessIssue]
+        if kind is float:  # the common cases, fast
+            return np.float32(x)
+        if kind is int and -(2**31) <= x < 2**31:
+            return np.int32(x)
     a = np.asarray(x)
     if not isinstance(x, jax.Array):
         a = a.astype(_canonical(a.dtype))

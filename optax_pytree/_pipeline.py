@@ -399,6 +399,8 @@ def _check_leaves(info: FactoryInfo, classified: Classified, analysis: Analysis)
             f"{_checks.value_text(got)} for the leaf, {recorded} for the value)",
             remember=False,
         )
+    if not bad:
+        return
     _checks.check(
         info.name,
         analysis.guards,
