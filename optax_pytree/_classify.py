@@ -27,7 +27,7 @@ import numpy as np
 
 from . import _leaves, _static
 from ._annotations import Renderer
-from ._bind import FactoryInfo, is_wrapped
+from ._bind import FactoryInfo, Wrapped, is_wrapped
 from ._vocabulary import Role
 
 T = TypeVar("T")
@@ -434,6 +434,12 @@ def classify(info: FactoryInfo, arguments: dict[str, Any], options: Options) -> 
         if plain and (value is None or type(value) is bool):  # the common static values, fast
             key_parts.append((name, Role.STATIC, (type(value), value)))
             roles[name] = Role.STATIC
+            values[name] = value
+            continue
+        if plain and isinstance(value, Wrapped):  # a child (a schedule, an inner optimizer), fast
+            python = False
+            key_parts.append((name, Role.CHILD, structure(value)))
+            roles[name] = Role.CHILD
             values[name] = value
             continue
         check_value(info, name, value)
