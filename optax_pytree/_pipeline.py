@@ -431,14 +431,21 @@ def make(
     warning that says which and why, and the object works as plain optax
     does (a new value of a static argument is a new compilation).
     """
-    try:
-        return _make(info, arguments, options, previous, kept, quiet=False)
-    except Degrade as d:
-        names = [n for n in d.names if n in arguments]
-        if d.remember:
-            _spec.remember_degraded(classify(info, arguments, options).analysis_key, (tuple(names), d.why))
-        _warn_degraded(info, names, d.why)
-        return _make(info, arguments, options.with_marks(names, ()), previous, kept, quiet=True)
+    static: list[str] = []  # made static so far (each round can find another part)
+    while True:
+        marked = options.with_marks(static, ()) if static else options
+        try:
+            # After the first round the factory was called for the user: quietly.
+            return _make(info, arguments, marked, previous, kept, quiet=bool(static))
+        except Degrade as d:
+            names = [n for n in d.names if n in arguments and n not in static]
+            if not names:  # nothing left to make static: cannot happen, but never loop
+                raise TypeError(f"{info.name}: {d.why}") from None
+            if d.remember:
+                key = classify(info, arguments, marked).analysis_key
+                _spec.remember_degraded(key, (tuple(names), d.why))
+            _warn_degraded(info, names, d.why)
+            static += names
 
 
 def _warn_degraded(info: FactoryInfo, names: list[str], why: str) -> None:
