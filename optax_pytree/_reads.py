@@ -66,6 +66,8 @@ def _names(instruction: dis.Instruction) -> tuple[Any, ...]:
 @functools.lru_cache(maxsize=4096)
 def _reads_in(code: types.CodeType, var: str) -> frozenset[str] | None:
     """The attributes read as ``var.name`` in ``code`` and the functions it defines, or None."""
+    if "__class__" in code.co_freevars:
+        return None  # zero-argument super() reads self implicitly (Python < 3.12: no instruction)
     instructions = list(dis.get_instructions(code))
     reads: set[str] = set()
     for k, instruction in enumerate(instructions):

@@ -224,6 +224,14 @@ class _Config:
         return _optimizer
 
 
+@dataclasses.dataclass
+class _Scaled(_Config):
+    """A method calling super(): the parent's reads of self count too."""
+
+    def clip(self) -> float:
+        return super().clip() * self.learning_rate
+
+
 def _describe(config: Any, learning_rate: Any) -> Any:
     return plain.adam(learning_rate * config.learning_rate)
 
@@ -234,6 +242,7 @@ def test_a_closure_over_a_config_object_is_compared_by_what_it_reads() -> None:
     assert freeze(one.build()) != freeze(other_beta.build())
     assert freeze(one.build_passing_self()) != freeze(other_rate.build_passing_self())
     assert freeze(one.build_passing_self()) == freeze(_Config(1e-3).build_passing_self())  # equal objects
+    assert freeze(_Scaled(1e-3).build()) != freeze(_Scaled(3e-3).build())  # read through super()
     traces: list[int] = []
 
     @jax.jit
