@@ -32,6 +32,7 @@ import optax_pytree.optax as dropin
 
 nnx = pytest.importorskip("flax.nnx", reason="flax is an optional dependency")
 linen = pytest.importorskip("flax.linen", reason="flax is an optional dependency")
+import flax  # noqa: E402
 from flax import serialization, struct  # noqa: E402
 from flax.cursor import cursor  # noqa: E402
 from flax.training import train_state  # noqa: E402
@@ -244,12 +245,39 @@ def _hijax_step(model: Any, optimizer: Any, x: jax.Array, y: jax.Array) -> jax.A
     return loss
 
 
+def _hijax_one_step(optimizer_class: Any, tx: Any) -> Any:
+    """One jitted hijax step from a fresh model: its parameters, or the exception it raised."""
+    with nnx.var_defaults(hijax=True):
+        model = MLP(nnx.Rngs(0))
+        try:
+            jax.jit(_hijax_step)(model, optimizer_class(model, tx, wrt=nnx.Param), X, Y)
+        except Exception as error:  # noqa: BLE001 - the reference's own failure is the expectation
+            return error
+    return nnx_params(model)
+
+
 @pytest.mark.skipif(not hasattr(nnx, "var_defaults"), reason="hijax Variables: flax>=0.12")
 def test_nnx_optimizer_with_hijax_variables_under_jax_jit() -> None:
     # flax's mutable_array_test.py::TestOptimizer::test_optimize_hijax with the drop-in.
     # Hijax Variables are JAX types of their own: under jax.jit the optimizer's
     # Hyperparameter variables are tracers with no dtype (was AttributeError in the
-    # fingerprint of the carried exact values).
+    # fingerprint of the carried exact values). Plain flax is the reference: where
+    # its own nnx.Optimizer with raw optax runs the step, the drop-in gives its
+    # parameters bit for bit; where flax itself refuses it (flax 0.12.12 raises
+    # ImmutableVariableError when nnx.update writes a non-ref hijax parameter
+    # inside jax.jit, after the optimizer's update), the drop-in raises flax's
+    # same error, not one of its own.
+    expected = _hijax_one_step(nnx.Optimizer, optax.adam(LEARNING_RATES[0]))
+    got = _hijax_one_step(Optimizer, dropin.adam(LEARNING_RATES[0]))
+    if isinstance(expected, Exception):
+        assert type(got) is type(expected) and str(got) == str(expected), (got, expected)
+        pytest.skip(
+            f"flax {flax.__version__} refuses its own hijax training step under jax.jit with plain "
+            f"optax ({type(expected).__name__}); the drop-in raises the same error"
+        )
+    assert not isinstance(got, Exception), got
+    assert_tree_allclose(got, expected, rtol=0, atol=0)  # one step: bit for bit
+
     step, traces = counting_jit(_hijax_step)
     with nnx.var_defaults(hijax=True):
         model = MLP(nnx.Rngs(0))
@@ -262,16 +290,6 @@ def test_nnx_optimizer_with_hijax_variables_under_jax_jit() -> None:
     assert traces == [1]  # the hyperparameters stay dynamic
     assert int(optimizer.step[...]) == 3
     assert_tree_allclose(nnx_params(model), train_with_flax(LEARNING_RATES)[0])
-
-    # One step: bit for bit flax's nnx.Optimizer with raw optax, hijax too.
-    def one_step(optimizer_class: Any, tx: Any) -> Any:
-        with nnx.var_defaults(hijax=True):
-            model = MLP(nnx.Rngs(0))
-            jax.jit(_hijax_step)(model, optimizer_class(model, tx, wrt=nnx.Param), X, Y)
-        return nnx_params(model)
-
-    expected = one_step(nnx.Optimizer, optax.adam(LEARNING_RATES[0]))
-    assert_tree_allclose(one_step(Optimizer, dropin.adam(LEARNING_RATES[0])), expected, rtol=0, atol=0)
 
 
 # --------------------------------------------------------------------------
