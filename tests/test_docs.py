@@ -1,4 +1,4 @@
-"""The code of the docs site runs: every ```python block of docs/guide/*.md and docs/index.md.
+"""The code of the docs runs: every ```python block of docs/guide/*.md, docs/index.md and README.md.
 
 Each page runs in a fresh Python process, its blocks in order in one
 namespace, as a reader who pastes them one after another would; a failure
@@ -27,7 +27,8 @@ from pathlib import Path
 import pytest
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
-PAGES = [*sorted((DOCS / "guide").glob("*.md")), DOCS / "index.md"]
+README = DOCS.parent / "README.md"  # the front page: its sweep runs, its sketches are marked skip
+PAGES = [*sorted((DOCS / "guide").glob("*.md")), DOCS / "index.md", README]
 
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>```+|~~~+)[ \t]*(?P<lang>[\w+-]*)")
 _MARKER = re.compile(r"^\s*<!--\s*(?P<kind>skip|requires)\s*:?\s*(?P<text>.*?)\s*-->\s*$")
@@ -91,7 +92,7 @@ for line, code in blocks:
 
 
 def _id(page: Path) -> str:
-    return str(page.relative_to(DOCS))
+    return page.name if page == README else str(page.relative_to(DOCS))
 
 
 @pytest.mark.parametrize("page", PAGES, ids=_id)
