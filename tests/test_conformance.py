@@ -249,3 +249,36 @@ def test_one_file_end_to_end(tmp_path: pathlib.Path, capsys: pytest.CaptureFixtu
     assert any(name.startswith("optax.schedules.") for name in summary["dropin_names"])
     assert summary["libraries"] == [str(pathlib.Path(optax_pytree.__file__).parent)]
     assert "schedules/_join_test.py" in capsys.readouterr().out
+
+
+def test_plain_where_needed_runs_plainly_only_what_did_not_pass_through_the_dropin(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A file whose drop-in run passes all that plain collects: collected plainly,
+    # not run plainly. One whose drop-in run did not pass a test: run plainly.
+    files = ["a_test.py", "b_test.py"]
+    calls: list[tuple[str, str, bool]] = []
+
+    def fake_run_file(file: str, mode: str, *args: Any) -> Any:
+        collect_only = args[-1]
+        calls.append((file, mode, collect_only))
+        r = run.Run(file, mode, returncode=0)
+        if mode == "dropin":
+            r.tests = {
+                f"{file}::t1": ("passed", ""),
+                f"{file}::t2": ("passed" if file == "a_test.py" else "failed", ""),
+            }
+        elif collect_only:
+            r.tests = {f"{file}::t1": (run.UNRUN, ""), f"{file}::t2": (run.UNRUN, "")}
+        else:
+            r.tests = {f"{file}::t1": ("passed", ""), f"{file}::t2": ("passed", "")}
+        return r
+
+    for name in files:
+        (tmp_path / name).write_text("")
+    monkeypatch.setattr(run, "run_file", fake_run_file)
+    runs = run.run_all(files, run.MODES, tmp_path, tmp_path, None, 1, 60.0, plain_where_needed=True)
+    assert ("a_test.py", "plain", False) not in calls and ("b_test.py", "plain", False) in calls
+    summary = run.compare(files, runs)
+    assert [r["nodeid"] for r in summary["regressions"]] == ["b_test.py::t2"]  # lost: found
+    assert (summary["plain_passed"], summary["unrun"]) == (2, 2)
