@@ -193,16 +193,20 @@ def run_file(
     timeout: float,
     pythonpath: Sequence[str],
     collect_only: bool = False,
+    node_ids: Sequence[str] = (),
 ) -> Run:
     """Runs one optax test file in one mode, in a pytest subprocess, and reads back its outcomes.
 
     ``collect_only``: only collects its tests; each is then recorded as ``UNRUN``.
+    ``node_ids``: runs only those of its tests (node ids as pytest reports them).
     """
-    stem = file.replace("/", "__").removesuffix(".py") + (".collect" if collect_only else "")
+    stem = file.replace("/", "__").removesuffix(".py")
+    stem += ".collect" if collect_only else ".some" if node_ids else ""
     results, log = work / f"{stem}.{mode}.jsonl", work / f"{stem}.{mode}.log"
     results.unlink(missing_ok=True)
+    targets = [str(root.parent / n) for n in node_ids] or [str(root / file)]
     command = [
-        sys.executable, "-m", "pytest", str(root / file),
+        sys.executable, "-m", "pytest", *targets,
         "-p", PLUGIN, "--conformance-mode", mode, "--conformance-results", str(results),
         # optax's files alone: no ini, conftest or cache of the project around them.
         "-c", str(work / "pytest.ini"), "--rootdir", str(root.parent), "--noconftest",
@@ -251,21 +255,24 @@ def run_all(
 ) -> dict[tuple[str, str], Run]:  # fmt: skip
     """Every (file, mode), ``jobs`` at a time, the largest files first; progress on stdout.
 
-    ``plain_where_needed``: the drop-in runs first; a file is then run plainly
-    only where its drop-in run did not pass every test, or where it collects
-    plainly a test the drop-in run did not pass (a plain ``--collect-only``
-    tells); elsewhere its tests are ``UNRUN`` plainly. No test that passes
-    plainly and not through the drop-in is missed so: only the plain outcomes
-    of tests that passed through the drop-in are not known.
+    ``plain_where_needed``: the drop-in runs first; then each file is
+    collected plainly (``--collect-only``), and of the tests it collects only
+    those that did not pass through the drop-in (failed, skipped, not run)
+    are run plainly, by node id (the whole file where the drop-in run broke
+    off, a node id is not found, or there are many); the others are
+    ``UNRUN`` plainly. No test that passes plainly and not through the
+    drop-in is missed so: only the plain outcomes of tests that passed
+    through the drop-in are not known.
     """
     (work / "pytest.ini").write_text("[pytest]\npython_files = *_test.py\n", encoding="utf-8")
     order = sorted(files, key=lambda f: -(root / f).stat().st_size)
     runs: dict[tuple[str, str], Run] = {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
 
-        def each(tasks: Sequence[tuple[str, str, bool]], label: str) -> list[Run]:
+        def each(tasks: Sequence[tuple[str, str, bool, Sequence[str]]], label: str) -> list[Run]:
             futures = [
-                pool.submit(run_file, f, m, root, work, keyword, timeout, pythonpath, c) for f, m, c in tasks
+                pool.submit(run_file, f, m, root, work, keyword, timeout, pythonpath, c, n)
+                for f, m, c, n in tasks
             ]
             done_runs = []
             try:
@@ -280,26 +287,43 @@ def run_all(
             return done_runs
 
         if not plain_where_needed or "plain" not in modes:
-            for run in each([(f, m, False) for f in order for m in modes], ""):
+            for run in each([(f, m, False, ()) for f in order for m in modes], ""):
                 runs[run.file, run.mode] = run
             return runs
-        for run in each([(f, m, False) for f in order for m in modes if m != "plain"], ""):
+        for run in each([(f, m, False, ()) for f in order for m in modes if m != "plain"], ""):
             runs[run.file, run.mode] = run
-
-        def passed_all(file: str) -> bool:
-            dropin = runs[file, "dropin"]
-            return dropin.problem() is None and all(o in PASSED for o, _ in dropin.tests.values())
-
-        full = [f for f in order if not passed_all(f)]
-        for run in each([(f, "plain", True) for f in order if passed_all(f)], "collect "):
+        # Collected plainly, less what passed through the drop-in: what to run plainly.
+        collected: dict[str, Run] = {}
+        targets: dict[str, list[str]] = {}
+        full: list[str] = []
+        for run in each([(f, "plain", True, ()) for f in order], "collect "):
             passed = {n for n, (o, _) in runs[run.file, "dropin"].tests.items() if o in PASSED}
-            if run.problem() is None and run.tests and set(run.tests) <= passed:
-                runs[run.file, "plain"] = run
-            else:  # a test the drop-in did not pass, or no list: run the file plainly
+            left = [n for n in run.tests if n not in passed]
+            if runs[run.file, "dropin"].problem() is not None or run.problem() is not None or not run.tests:
                 full.append(run.file)
-        for run in each([(f, "plain", False) for f in full], "plain "):
+            elif len(left) > _MOST_NODE_IDS:
+                full.append(run.file)
+            else:
+                collected[run.file] = run
+                if left:
+                    targets[run.file] = left
+        some = each([(f, "plain", False, targets[f]) for f in order if f in targets], "plain, some: ")
+        for run in some:
+            if run.problem() is not None or set(targets[run.file]) - set(run.tests):
+                full.append(run.file)  # a node id not found, a crash: the whole file plainly
+            else:
+                collected[run.file].tests.update(run.tests)
+                collected[run.file].seconds += run.seconds
+        for file, run in collected.items():
+            if file not in full:
+                runs[file, "plain"] = run
+        for run in each([(f, "plain", False, ()) for f in order if f in full], "plain: "):
             runs[run.file, run.mode] = run
     return runs
+
+
+# A command line of node ids at most this long; past it, the whole file is run.
+_MOST_NODE_IDS = 400
 
 
 def progress(run: Run) -> str:
@@ -456,8 +480,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--plain-where-needed",
         action="store_true",
-        help="run a file plainly only where the drop-in did not pass all it collects plainly (CI: about "
-        "half the time, and no lost test missed)",
+        help="run plainly only the tests that did not pass through the drop-in (CI: about half the "
+        "time, and no lost test missed)",
     )
     parser.add_argument("--list", action="store_true", help="list the test files of the subset and exit")
     return parser.parse_args(argv)

@@ -254,31 +254,30 @@ def test_one_file_end_to_end(tmp_path: pathlib.Path, capsys: pytest.CaptureFixtu
 def test_plain_where_needed_runs_plainly_only_what_did_not_pass_through_the_dropin(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A file whose drop-in run passes all that plain collects: collected plainly,
-    # not run plainly. One whose drop-in run did not pass a test: run plainly.
+    # Each file is collected plainly; of its tests, only those that did not pass
+    # through the drop-in are run plainly, by node id: a lost test is still found.
     files = ["a_test.py", "b_test.py"]
-    calls: list[tuple[str, str, bool]] = []
+    plain_runs: list[tuple[str, tuple[str, ...]]] = []
 
     def fake_run_file(file: str, mode: str, *args: Any) -> Any:
-        collect_only = args[-1]
-        calls.append((file, mode, collect_only))
+        collect_only, node_ids = args[-2], tuple(args[-1])
         r = run.Run(file, mode, returncode=0)
-        if mode == "dropin":
-            r.tests = {
-                f"{file}::t1": ("passed", ""),
-                f"{file}::t2": ("passed" if file == "a_test.py" else "failed", ""),
-            }
+        ids = [f"{file}::t1", f"{file}::t2", f"{file}::t3"]
+        if mode == "dropin":  # b_test's t2 fails and t3 is skipped through the drop-in
+            outcomes = ["passed", "failed", "skipped"] if file == "b_test.py" else ["passed"] * 3
+            r.tests = {n: (o, "") for n, o in zip(ids, outcomes)}
         elif collect_only:
-            r.tests = {f"{file}::t1": (run.UNRUN, ""), f"{file}::t2": (run.UNRUN, "")}
+            r.tests = {n: (run.UNRUN, "") for n in ids}
         else:
-            r.tests = {f"{file}::t1": ("passed", ""), f"{file}::t2": ("passed", "")}
+            plain_runs.append((file, node_ids))
+            r.tests = {n: ("passed", "") for n in (node_ids or ids)}
         return r
 
     for name in files:
         (tmp_path / name).write_text("")
     monkeypatch.setattr(run, "run_file", fake_run_file)
     runs = run.run_all(files, run.MODES, tmp_path, tmp_path, None, 1, 60.0, plain_where_needed=True)
-    assert ("a_test.py", "plain", False) not in calls and ("b_test.py", "plain", False) in calls
+    assert plain_runs == [("b_test.py", ("b_test.py::t2", "b_test.py::t3"))]
     summary = run.compare(files, runs)
-    assert [r["nodeid"] for r in summary["regressions"]] == ["b_test.py::t2"]  # lost: found
-    assert (summary["plain_passed"], summary["unrun"]) == (2, 2)
+    assert sorted(r["nodeid"] for r in summary["regressions"]) == ["b_test.py::t2", "b_test.py::t3"]
+    assert (summary["plain_passed"], summary["unrun"]) == (2, 4)
