@@ -292,31 +292,26 @@ def run_all(
             return runs
         for run in each([(f, m, False, ()) for f in order for m in modes if m != "plain"], ""):
             runs[run.file, run.mode] = run
-        # Collected plainly, less what passed through the drop-in: what to run plainly.
+        # Where the drop-in run broke off, the whole file plainly; elsewhere what a
+        # plain collection finds, less what passed through the drop-in.
+        full = [f for f in order if runs[f, "dropin"].problem() is not None]
         collected: dict[str, Run] = {}
         targets: dict[str, list[str]] = {}
-        full: list[str] = []
-        for run in each([(f, "plain", True, ()) for f in order], "collect "):
+        for run in each([(f, "plain", True, ()) for f in order if f not in full], "collect "):
             passed = {n for n, (o, _) in runs[run.file, "dropin"].tests.items() if o in PASSED}
             left = [n for n in run.tests if n not in passed]
-            if runs[run.file, "dropin"].problem() is not None or run.problem() is not None or not run.tests:
+            if run.problem() is not None or not run.tests or len(left) > _MOST_NODE_IDS:
                 full.append(run.file)
-            elif len(left) > _MOST_NODE_IDS:
-                full.append(run.file)
-            else:
-                collected[run.file] = run
-                if left:
-                    targets[run.file] = left
-        some = each([(f, "plain", False, targets[f]) for f in order if f in targets], "plain, some: ")
-        for run in some:
+                continue
+            collected[run.file] = runs[run.file, "plain"] = run
+            if left:
+                targets[run.file] = left
+        for run in each([(f, "plain", False, targets[f]) for f in order if f in targets], "plain, some: "):
             if run.problem() is not None or set(targets[run.file]) - set(run.tests):
                 full.append(run.file)  # a node id not found, a crash: the whole file plainly
             else:
                 collected[run.file].tests.update(run.tests)
                 collected[run.file].seconds += run.seconds
-        for file, run in collected.items():
-            if file not in full:
-                runs[file, "plain"] = run
         for run in each([(f, "plain", False, ()) for f in order if f in full], "plain: "):
             runs[run.file, run.mode] = run
     return runs
@@ -366,7 +361,7 @@ def compare(files: Sequence[str], runs: dict[tuple[str, str], Run]) -> dict[str,
         if reason is None:
             for nodeid, (outcome, _) in plain.tests.items():
                 got, message = dropin.tests.get(nodeid, ("missing", ""))
-                if outcome in ("passed", "xpassed") and got not in ("passed", "xpassed"):
+                if outcome in PASSED and got not in PASSED:
                     if got == "missing":
                         message = dropin.problem() or "not run through the drop-in"
                     regressions.append({"nodeid": nodeid, "file": file, "dropin": got, "error": message})
