@@ -1,12 +1,154 @@
-"""pytest at the repository root: what the doctests of the package can collect here.
+"""pytest at the repository root: the default run and the exhaustive sets, and doctests.
+
+**The default run** (``pytest``, the README's test command) checks every
+module, the code of every guide page and every example's smoke run, and a
+representative slice of the large sets: each factory family of optax's
+catalogue, each combinator and inner of the composition matrix, each source
+of the corpus. It keeps to a budget (``tests/test_budget.py``): a number of
+tests, and on CI's machine a time.
+
+**The exhaustive sets** are the tests marked ``exhaustive``: the rest of the
+catalogue (bit for bit, and through the drop-in), of the corpus and of the
+composition pairs, the proofs that each listed exception is only XLA's
+rewrites around constants, and the multi-process jobs. They are deselected
+by default; one switch turns them on:
+
+- ``pytest --exhaustive`` (or ``OPTAX_PYTREE_EXHAUSTIVE=1``): everything;
+- ``pytest --exhaustive -m exhaustive``: only what the default run leaves
+  out (CI runs the default run, then this: nothing twice, nothing dropped).
+
+**One compilation cache per run.** Many tests compile the same programs
+(plain optax's reference steps, the eager operations every new Python
+process compiles again: the examples, the guide pages). The run shares one
+JAX persistent compilation cache, a new temporary folder removed at the end,
+among its workers and the processes they start: a run never reads what
+another run compiled. A ``JAX_COMPILATION_CACHE_DIR`` already set is used
+instead (and kept); ``OPTAX_PYTREE_RUN_CACHE=0`` turns the cache off.
+
+``OPTAX_PYTREE_TIME_BUDGET=SECONDS`` (CI sets it for the README's command)
+fails a run that takes longer, saying which tests took the time.
 
 ``optax_pytree.nnx`` and ``optax_pytree.linen`` need flax, an optional
 dependency; without it their doctest modules cannot be imported (by design:
 an ImportError that says so, tested in tests/test_flax.py).
 """
 
+from __future__ import annotations
+
 import importlib.util
+import os
+import shutil
+import sys
+import tempfile
+import time
+from typing import Any
+
+import pytest
 
 collect_ignore = []
 if importlib.util.find_spec("flax") is None:
     collect_ignore += ["optax_pytree/nnx.py", "optax_pytree/linen.py"]
+
+EXHAUSTIVE_ENV = "OPTAX_PYTREE_EXHAUSTIVE"
+TIME_BUDGET_ENV = "OPTAX_PYTREE_TIME_BUDGET"
+RUN_CACHE_ENV = "OPTAX_PYTREE_RUN_CACHE"
+
+# What the session collected and selected, for tests/test_budget.py.
+SELECTED = pytest.StashKey[list[str]]()
+DESELECTED = pytest.StashKey[int]()
+STARTED = pytest.StashKey[float]()
+RUN_CACHE = pytest.StashKey[str]()  # the run's compilation cache, made (and removed) by this process
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--exhaustive",
+        action="store_true",
+        default=False,
+        help="also run the exhaustive sets (tests marked 'exhaustive': the whole catalogue, corpus and "
+        f"composition pairs, the multi-process jobs); also {EXHAUSTIVE_ENV}=1. CI runs them.",
+    )
+
+
+def exhaustive(config: pytest.Config) -> bool:
+    """Whether this run includes the exhaustive sets."""
+    return bool(config.getoption("--exhaustive")) or os.environ.get(EXHAUSTIVE_ENV, "") not in ("", "0")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "exhaustive: part of the exhaustive sets, deselected unless --exhaustive (CI runs them)",
+    )
+    config.stash[STARTED] = time.perf_counter()
+    if not hasattr(config, "workerinput"):  # xdist's workers inherit the controller's environment
+        _share_one_compilation_cache(config)
+
+
+def _share_one_compilation_cache(config: pytest.Config) -> None:
+    """Points JAX's persistent compilation cache of this run (and of what it starts) at a new folder."""
+    if os.environ.get(RUN_CACHE_ENV, "") == "0" or os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+        return
+    folder = tempfile.mkdtemp(prefix="optax_pytree-run-cache-")
+    config.stash[RUN_CACHE] = folder
+    settings = {
+        "JAX_COMPILATION_CACHE_DIR": folder,
+        # Every program, however small or quick to compile: the eager operations are most of them.
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1",
+    }
+    os.environ.update(settings)
+    if "jax" in sys.modules:  # imported already (a plugin): jax read its environment at import
+        import jax
+
+        jax.config.update("jax_compilation_cache_dir", folder)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    folder = config.stash.get(RUN_CACHE, None)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    dropped: list[pytest.Item] = []
+    if not exhaustive(config):
+        kept = [item for item in items if item.get_closest_marker("exhaustive") is None]
+        dropped = [item for item in items if item.get_closest_marker("exhaustive") is not None]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = kept
+    config.stash[SELECTED] = [item.nodeid for item in items]
+    config.stash[DESELECTED] = len(dropped)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    if exhaustive(config):
+        return "optax_pytree: the exhaustive sets are on"
+    return "optax_pytree: the default run (the exhaustive sets are off; pytest --exhaustive runs them)"
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    dropped = config.stash.get(DESELECTED, 0)
+    if dropped:
+        terminalreporter.write_line(
+            f"optax_pytree: {dropped} tests of the exhaustive sets not run (pytest --exhaustive runs them)"
+        )
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    budget = os.environ.get(TIME_BUDGET_ENV, "")
+    if not budget or hasattr(session.config, "workerinput"):  # the controller's run, not a worker's
+        return
+    took = time.perf_counter() - session.config.stash[STARTED]
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    line = f"optax_pytree: the run took {took:.0f} s; its budget ({TIME_BUDGET_ENV}) is {float(budget):.0f} s"
+    if reporter is not None:
+        reporter.write_line(line)
+    if took > float(budget):
+        if reporter is not None:
+            reporter.write_line("optax_pytree: over budget: see the slowest tests (--durations) above")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

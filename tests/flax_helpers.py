@@ -68,10 +68,14 @@ def train_with_flax(
     step = nnx.jit(nnx_step)
     carried: Any = None
     losses = []
+    optimizer: Any = None
+    previous: Any = None
     for lr in learning_rates:
-        optimizer = nnx.Optimizer(model, factory(lr, **kwargs), wrt=nnx.Param)
-        if carried is not None:
-            optimizer.opt_state, optimizer.step = carried
+        if optimizer is None or lr != previous:  # a repeated rate keeps its optimizer (and compilation)
+            optimizer = nnx.Optimizer(model, factory(lr, **kwargs), wrt=nnx.Param)
+            if carried is not None:
+                optimizer.opt_state, optimizer.step = carried
+        previous = lr
         losses.append(step(model, optimizer))
         carried = (optimizer.opt_state, optimizer.step)
     return nnx_params(model), jnp.stack(losses)

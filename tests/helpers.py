@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import pytest
 
 import optax_pytree as opx
 from optax_pytree import _catalog
@@ -144,13 +147,17 @@ def one_step(
     return (optax.apply_updates(params, updates) if apply else params), state
 
 
-def training_loop(tx: Any, params: Any, steps: int = 3, jit: bool = True, **options: Any) -> Any:
+def training_loop(
+    tx: Any, params: Any, steps: int = 3, jit: bool = True, jitted: Any = None, **options: Any
+) -> Any:
     """``steps`` steps as a training loop takes them: the state initialized outside, each step
     one call of a (jitted) function of the parameters and the state.
 
     A wrapped ``tx`` is an argument of the step; a plain one is closed over
     (its hyperparameters are constants of the program, as in any optax
-    training loop). Returns the final (params, state).
+    training loop). ``jitted``: the jitted step ``(tx, params, state)`` to
+    use for a wrapped ``tx`` (a test that calls it again with other values,
+    counting its traces). Returns the final (params, state).
     """
     state = tx.init(params)
     wrapped = opx.PyTreeTransformation in type(tx).__mro__
@@ -160,7 +167,7 @@ def training_loop(tx: Any, params: Any, steps: int = 3, jit: bool = True, **opti
         return one_step(tx, params, state, **options)
 
     if wrapped:
-        run = jax.jit(step) if jit else step
+        run = (jitted or jax.jit(step)) if jit else step
         for _ in range(steps):
             params, state = run(tx, params, state)
     else:
@@ -194,14 +201,51 @@ _TESTS = os.path.dirname(os.path.abspath(__file__))
 
 
 def run_with_8_host_devices(script: str) -> str:
-    """Runs ``script`` in a fresh Python with 8 CPU devices; returns its stdout.
+    """Runs ``script`` in a new Python with 8 CPU devices; returns its stdout.
 
-    JAX reads ``XLA_FLAGS`` at import, so eight host devices need a new
-    process. The tests' folder is on its path (``from helpers import ...``).
+    JAX reads ``XLA_FLAGS`` when it makes its backend, so eight host devices
+    need a new process (forked from a server of that environment:
+    :func:`run_in_warm_python`). The tests' folder is on its path.
     """
-    return run_in_fresh_python(
+    return run_in_warm_python(
         script, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu"
     )
+
+
+@contextlib.contextmanager
+def one_distributed_job_at_a_time() -> Iterator[None]:
+    """Holds a machine-wide lock while a local ``jax.distributed`` job runs.
+
+    Two jobs at once (two pytest workers, or two CI stages side by side) can
+    meet in one coordinator: one was seen to fail in gloo's store ("Config
+    key ... already exists"). Each job takes this lock (a file in the temp
+    folder, ``fcntl.flock``), so they run one after another.
+    """
+    import fcntl
+    import tempfile
+
+    with open(os.path.join(tempfile.gettempdir(), "optax_pytree_distributed_job.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def run_in_warm_python(script: str, timeout: int = 300, **env_vars: str) -> str:
+    """:func:`run_in_fresh_python`, in a process forked from a server that imported jax
+    and optax already (``tests/warm_python.py``): for what a new process shows
+    (a JAX backend of its own, compilations from nothing), not its first imports."""
+    import warm_python
+
+    env = {**os.environ, **env_vars, "PYTHONPATH": _with_tests_on_path()}
+    result = warm_python.run(["-c", textwrap.dedent(script)], env=env, timeout=timeout)
+    assert result.returncode == 0, result.stdout + result.stderr[-4000:]
+    return result.stdout
+
+
+def _with_tests_on_path() -> str:
+    return os.pathsep.join([os.path.dirname(os.path.abspath(__file__)), os.environ.get("PYTHONPATH", "")])
 
 
 def run_in_fresh_python(script: str, timeout: int = 300, **env_vars: str) -> str:
@@ -210,13 +254,7 @@ def run_in_fresh_python(script: str, timeout: int = 300, **env_vars: str) -> str
     For what one process can show only once (first imports, JAX flags). The
     tests' folder is on its path (``from helpers import ...``).
     """
-    env = {
-        **os.environ,
-        **env_vars,
-        "PYTHONPATH": os.pathsep.join(
-            [os.path.dirname(os.path.abspath(__file__)), os.environ.get("PYTHONPATH", "")]
-        ),
-    }
+    env = {**os.environ, **env_vars, "PYTHONPATH": _with_tests_on_path()}
     result = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(script)],
         env=env,
@@ -382,6 +420,86 @@ SKIP: dict[str, str] = {}
 
 def catalogue() -> list[tuple[str, Any, str]]:
     return _catalog.factories()
+
+
+# ---------------------------------------------------------------------------
+# The default run's slice of a large set (see the root conftest.py): what is
+# outside it is marked ``exhaustive`` and runs in CI (pytest --exhaustive).
+
+exhaustive = pytest.mark.exhaustive
+
+
+def family(factory: Any) -> str:
+    """The optax module that defines a factory: its family (``optax._src.alias``,
+    ``optax.contrib._muon``, ``optax.schedules._schedule``, ...)."""
+    import functools
+
+    while isinstance(factory, functools.partial):  # optax.nadam = partial(adam, nesterov=True)
+        factory = factory.func
+    return factory.__module__
+
+
+# Where a family's first name (in sorted order) is not the one to take: the
+# commonest optimizers, and the schedules whose arguments are guarded,
+# detected static or specialized by XLA. lbfgs, the slowest of the catalogue
+# (20 s), runs in the exhaustive set; test_wrap.py detects its memory_size.
+SLICE_PREFERRED = frozenset(
+    (
+        "optax.adam",
+        "optax.adamw",
+        "optax.adafactor",
+        "optax.sgd",
+        "optax.scale_by_adam",
+        "optax.scale_by_schedule",
+        "optax.MultiSteps",
+        "optax.chain",
+        "optax.multi_transform",
+        "optax.clip_by_global_norm",
+        "optax.warmup_cosine_decay_schedule",
+        "optax.cosine_onecycle_schedule",
+        "optax.polynomial_schedule",
+        "optax.exponential_decay",
+        "optax.contrib.muon",
+        "optax.contrib.schedule_free_adamw",
+    )
+)
+
+
+# The drop-in's slice: the drop-in builds what opx.wrap builds (checked for
+# every factory with --exhaustive); one of each kind of factory by default.
+DROPIN_SLICE = frozenset(
+    (
+        "optax.adam",
+        "optax.adamw",
+        "optax.scale_by_adam",
+        "optax.chain",
+        "optax.MultiSteps",
+        "optax.contrib.muon",
+        "optax.contrib.reduce_on_plateau",
+        "optax.warmup_cosine_decay_schedule",
+        "optax.join_schedules",
+    )
+)
+
+
+def catalogue_slice(entries: list[tuple[str, Any, str]]) -> set[str]:
+    """The default run's names of the catalogue: every family once (its preferred
+    names, else its first), so each optax module's factories are exercised."""
+    families: dict[str, list[str]] = {}
+    for name, factory, _ in entries:
+        families.setdefault(family(factory), []).append(name)
+    chosen: set[str] = set()
+    for names in families.values():
+        preferred = [n for n in names if n in SLICE_PREFERRED]
+        chosen.update(preferred or [sorted(names)[0]])
+    return chosen
+
+
+def sliced(cases: list[tuple[Any, ...]], ids: list[str], in_slice: Any) -> list[Any]:
+    """``pytest.param`` of each case, marked ``exhaustive`` unless ``in_slice(id)``."""
+    return [
+        pytest.param(*case, id=i, marks=() if in_slice(i) else (exhaustive,)) for case, i in zip(cases, ids)
+    ]
 
 
 def call(name: str, factory: Any, w: Any) -> Any:

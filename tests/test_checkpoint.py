@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from helpers import PARAMS, apply_gradients, counting_jit, run_in_fresh_python
+from helpers import PARAMS, apply_gradients, counting_jit, run_in_fresh_python, run_in_warm_python
 
 import optax_pytree as opx
 
@@ -128,13 +128,14 @@ print(f"traces {traces[0]}, compiles after the restore {compiles[0] - before}")
 
 
 def test_a_restored_optimizer_reuses_the_compiled_step() -> None:
-    # A fresh process: this one imported orbax above, before any trace. Here
+    # A new process (orbax is not among what its server preloaded): this one
+    # imported orbax above, before any trace. Here
     # orbax is first imported by save_checkpoint, after the step's trace; on
     # jax >= 0.12 that import adds options to the trace context (see
     # optax_pytree/_checkpoint.py), which used to retrace every jitted
     # function once; and restored arrays placed by orbax (committed) where the
     # step had uncommitted ones used to compile it again.
-    assert run_in_fresh_python(_RESUME).strip() == "traces 1, compiles after the restore 0"
+    assert run_in_warm_python(_RESUME).strip() == "traces 1, compiles after the restore 0"
 
 
 _IMPORT = """

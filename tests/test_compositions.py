@@ -19,15 +19,15 @@ parameters and state), and the same steps under ``jax.jit`` (the optimizer an
 argument where it is a pytree, closed over where it is not) to float32
 round-off. A rebuilt pytree optimizer must have the same treedef.
 
-Which cases are generated (the others are not, so nothing is skipped
+Which cases run (the others are not generated, so nothing is skipped
 silently):
 
-- by default, a slice: each combinator once, each inner once, the modes in
-  turn (about a minute);
-- ``OPTAX_PYTREE_FULL_MATRIX=1`` (CI): every (combinator, inner) pair, each in
-  one mode, the modes in turn, so every pair of values of any two dimensions
-  is there;
-- ``OPTAX_PYTREE_FULL_MATRIX=all``: every (combinator, inner, mode) triple.
+- the default run, a slice: each combinator once, the modes in turn;
+- ``pytest --exhaustive`` (CI; the root conftest.py): every (combinator,
+  inner) pair, each in one mode, the modes in turn, so every pair of values
+  of any two dimensions is there;
+- ``OPTAX_PYTREE_FULL_MATRIX=all pytest --exhaustive``: every (combinator,
+  inner, mode) triple.
 
 Combinations plain optax refuses are left out, with the reason where they
 are (``Combinator.invalid``, :func:`_valid`).
@@ -53,8 +53,10 @@ from helpers import (
     PARAMS,
     assert_jit_bit_for_bit,
     assert_tree_allclose,
+    exhaustive,
     loss,
     run_in_fresh_python,
+    sliced,
 )
 
 import optax_pytree as opx
@@ -481,24 +483,28 @@ def _every_pair() -> list[Case]:
 
 # The inner of the combinator sweep: the recipe most programs use.
 SLICE_INNER = "adamw_warmup_cosine"
-# The combinator of the inner sweep: the commonest composition.
-SLICE_COMBINATOR = "chain"
 
 
 def _fast_slice() -> list[Case]:
-    """Each combinator once (over SLICE_INNER, or the next inner it takes),
-    each inner once (under SLICE_COMBINATOR): cases of :func:`_every_pair`,
-    so the modes come in turn there too."""
+    """Each combinator once (over SLICE_INNER, or the next inner it takes):
+    cases of :func:`_every_pair`, so the modes come in turn there too. Each
+    inner (each of optax's schedules inside a combinator) is in the pairs,
+    which CI runs; the default run's catalogue slice runs each schedule family."""
     pairs = {(c.combinator.id, c.inner.id): c for c in _every_pair()}
     inner_ids = [i.id for i in INNERS]
     order = [SLICE_INNER] + [i for i in inner_ids if i != SLICE_INNER]
-    cases = [next(pairs[c.id, i] for i in order if (c.id, i) in pairs) for c in COMBINATORS]
-    return cases + [pairs[SLICE_COMBINATOR, i] for i in inner_ids if i != SLICE_INNER]
+    return [next(pairs[c.id, i] for i in order if (c.id, i) in pairs) for c in COMBINATORS]
 
 
-# OPTAX_PYTREE_FULL_MATRIX=1: every pair (what CI runs); =all: every triple.
+# Every pair, those outside the default run's slice marked exhaustive (CI runs
+# them: pytest --exhaustive); OPTAX_PYTREE_FULL_MATRIX=all: every triple.
 MATRIX = os.environ.get("OPTAX_PYTREE_FULL_MATRIX", "")
-CASES = {"": _fast_slice, "1": _every_pair, "all": _every_triple}[MATRIX]()
+CASES = _every_triple() if MATRIX == "all" else _every_pair()
+SLICE = {c.id for c in _fast_slice()}
+
+
+def _params_of(cases: list[Case]) -> list[Any]:
+    return sliced([(c,) for c in cases], [c.id for c in cases], SLICE.__contains__)
 
 
 # --------------------------------------------------------------------------
@@ -598,7 +604,7 @@ def _round_off_in_a_cond(case: Case) -> bool:
     return combinator in MULTISTEPS or (combinator in COMPILED_EAGERLY and case.inner.id in CLIP_BEFORE_ADAM)
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+@pytest.mark.parametrize("case", _params_of(CASES))
 def test_eager_steps_equal_optax_bit_for_bit(case: Case) -> None:
     _needs_available(case)
     tx = case.combinator.build(case.mode, case.inner)
@@ -613,6 +619,7 @@ def test_eager_steps_equal_optax_bit_for_bit(case: Case) -> None:
         chex.assert_trees_all_equal(got, expected, strict=True)
 
 
+@exhaustive
 @pytest.mark.skipif(not BIT_FOR_BIT_UNDER_JIT, reason="the exceptions are measured with jaxlib 0.10's XLA")
 def test_round_off_pairs_are_bit_for_bit_without_xla_constant_rewrites() -> None:
     """The pairs compared to round-off above are bit for bit once XLA rewrites
@@ -650,7 +657,7 @@ def _needs_available(case: Case) -> None:
         pytest.skip(f"optax {plain_optax.__version__} has no {found[0].__name__}.{found[1]}")
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+@pytest.mark.parametrize("case", _params_of(CASES))
 def test_jitted_steps_equal_optax(case: Case) -> None:
     _needs_available(case)
     tx = case.combinator.build(case.mode, case.inner)
@@ -666,7 +673,7 @@ def test_jitted_steps_equal_optax(case: Case) -> None:
 PYTREE_CASES = [c for c in CASES if c.mode.outer is not plain_optax]
 
 
-@pytest.mark.parametrize("case", PYTREE_CASES, ids=[c.id for c in PYTREE_CASES])
+@pytest.mark.parametrize("case", _params_of(PYTREE_CASES))
 def test_rebuilt_optimizer_has_the_same_treedef(case: Case) -> None:
     """The same builder called again (fresh lambdas, new objects) gives the
     same treedef: a jitted step taking the optimizer compiles once."""
@@ -676,13 +683,13 @@ def test_rebuilt_optimizer_has_the_same_treedef(case: Case) -> None:
 
 
 def test_slices_cover_every_dimension() -> None:
-    """The default slice sees every combinator, inner and mode, and lies in
+    """The default slice sees every combinator and mode, the pairs every inner too; the slice lies in
     the pairs, which lie in the triples."""
     fast, pairs, triples = _fast_slice(), _every_pair(), _every_triple()
     for cases in (fast, pairs):
         assert {c.combinator.id for c in cases} == {c.id for c in COMBINATORS}
-        assert {c.inner.id for c in cases} == {i.id for i in INNERS}
         assert {c.mode.id for c in cases} == {m.id for m in MODES}
+    assert {c.inner.id for c in pairs} == {i.id for i in INNERS}
     valid = [(c, i) for c in COMBINATORS for i in INNERS if _valid(c, i)]
     assert {(c.combinator.id, c.mode.id) for c in pairs} == {(c.id, m.id) for c, _ in valid for m in MODES}
     assert {(c.inner.id, c.mode.id) for c in pairs} == {(i.id, m.id) for _, i in valid for m in MODES}

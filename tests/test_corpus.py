@@ -24,7 +24,7 @@ from __future__ import annotations
 import collections
 import functools
 import json
-from typing import Any
+from typing import Any, cast
 
 import chex
 import jax
@@ -33,18 +33,26 @@ import numpy as np
 import optax as plain
 import pytest
 from corpus import CORPUS, Config
-from helpers import assert_tree_allclose, run_in_fresh_python, version
+from helpers import assert_tree_allclose, run_in_warm_python, sliced, version
 
 import optax_pytree.optax as dropin
 
 STEPS = 3
 
-CONFIGS = [pytest.param(cfg, id=cfg.name) for cfg in CORPUS]
+
+def repository(cfg: Config) -> str:
+    return cfg.source.split(":", 1)[0]
+
+
+# The default run: each source repository's first configuration; the rest with --exhaustive.
+SLICE = {next(c.name for c in CORPUS if repository(c) == r) for r in dict.fromkeys(map(repository, CORPUS))}
+CONFIGS = sliced([(cfg,) for cfg in CORPUS], [cfg.name for cfg in CORPUS], SLICE.__contains__)
 
 
 def test_corpus_is_large_enough() -> None:
     assert len(CORPUS) >= 40
     assert len({cfg.name for cfg in CORPUS}) == len(CORPUS), "duplicate ids"
+    assert len(SLICE) == len({repository(cfg) for cfg in CORPUS}) >= 10
 
 
 # ---------------------------------------------------------------------------
@@ -229,8 +237,10 @@ def test_sweep_traces_once(cfg: Config) -> None:
 # 4. Nothing printed, logged or warned that plain optax does not.
 #
 # The library probes a factory the first time it wraps it, and caches what it
-# learns: only a fresh process shows what a user sees. One fresh Python builds
-# every configuration (and initializes its state) with plain optax, then with
+# learns: only a new process shows what a user sees. One new Python (forked
+# from a server that imported jax and optax and wrapped nothing:
+# tests/warm_python.py) builds each configuration of the run (and
+# initializes its state) with plain optax, then with
 # the drop-in, capturing what each prints on the process's stdout and stderr
 # (logging included) and the warnings; each test reads its configuration's.
 
@@ -263,7 +273,7 @@ def captured(into):
 
 
 report = {}
-for cfg in CORPUS:
+for cfg in [cfg for cfg in CORPUS if cfg.name in NAMES]:
     report[cfg.name] = {"plain": {}, "dropin": {}}
     for name, optax in (("plain", plain), ("dropin", dropin)):
         with captured(report[cfg.name][name]):
@@ -276,8 +286,14 @@ print("REPORT" + json.dumps(report))
 
 
 @pytest.fixture(scope="module")
-def quiet_report() -> dict[str, Any]:
-    stdout = run_in_fresh_python(QUIET_SCRIPT, timeout=600)
+def quiet_report(request: pytest.FixtureRequest) -> dict[str, Any]:
+    # The configurations of this run's quiet tests (the default run's slice, or all).
+    names = {
+        cast(Config, item.callspec.params["cfg"]).name
+        for item in request.session.items
+        if isinstance(item, pytest.Function) and item.originalname == "test_as_quiet_as_plain_optax"
+    }
+    stdout = run_in_warm_python(f"NAMES = {sorted(names)!r}\n" + QUIET_SCRIPT, timeout=600)
     return json.loads(stdout.split("REPORT", 1)[1])
 
 

@@ -1,6 +1,7 @@
 """The code of the docs runs: every ```python block of docs/guide/*.md, docs/index.md and README.md.
 
-Each page runs in a fresh Python process, its blocks in order in one
+Each page runs in a new Python process (forked from a server that imported
+jax and optax already: tests/warm_python.py), its blocks in order in one
 namespace, as a reader who pastes them one after another would; a failure
 points at the page's line. Conventions of the pages:
 
@@ -19,12 +20,11 @@ import importlib.util
 import json
 import os
 import re
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+import warm_python
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 README = DOCS.parent / "README.md"  # the front page: its sweep runs, its sketches are marked skip
@@ -106,14 +106,8 @@ def test_page_code_runs(page: Path, tmp_path: Path) -> None:
         pytest.skip(f"{_id(page)} has no Python to run")
     # Temporary files (checkpoints) under pytest's tmp_path, which pytest cleans up.
     env = {**os.environ, "MPLBACKEND": "Agg", "TMPDIR": str(tmp_path)}
-    result = subprocess.run(
-        [sys.executable, "-c", _RUNNER],
-        input=json.dumps([str(page), runnable]),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-        env=env,
+    result = warm_python.run(
+        ["-c", _RUNNER], input=json.dumps([str(page), runnable]), timeout=300, cwd=tmp_path, env=env
     )
     assert result.returncode == 0, f"{_id(page)}: its code failed:\n{result.stdout}\n{result.stderr}"
 

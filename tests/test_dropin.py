@@ -26,6 +26,7 @@ import optax.contrib
 import optax.schedules
 import pytest
 from helpers import (
+    DROPIN_SLICE,
     PARAMS,
     PARAMS_FOR,
     RUN_OPTIONS,
@@ -36,6 +37,7 @@ from helpers import (
     counting_jit,
     raw,
     run_steps,
+    sliced,
     version,
     wrapped,
 )
@@ -193,6 +195,8 @@ ALL = CATALOGUE + EXTRA
 TRANSFORMATIONS = [(n, f) for n, f, k in ALL if k == "transformation"]
 SCHEDULES = [(n, f) for n, f, k in ALL if k == "schedule"]
 DROPIN = {id(f): dropin_of(n) for n, f, _ in ALL}
+# The default run: one factory of each kind (helpers.DROPIN_SLICE); the rest with --exhaustive.
+SLICE = DROPIN_SLICE
 
 
 def build(factory: Any, *args: Any, **kwargs: Any) -> Any:
@@ -207,7 +211,9 @@ def test_catalogue_sees_every_factory_the_dropin_wraps() -> None:
     assert {f"optax.{n}" for n in ("named_chain", "freeze", "snapshot") if hasattr(plain_optax, n)} <= names
 
 
-@pytest.mark.parametrize("name,factory", TRANSFORMATIONS, ids=[n for n, _ in TRANSFORMATIONS])
+@pytest.mark.parametrize(
+    "name,factory", sliced(TRANSFORMATIONS, [n for n, _ in TRANSFORMATIONS], SLICE.__contains__)
+)
 def test_dropin_transformation_matches_optax(name: str, factory: Any) -> None:
     tx = call(name, dropin_of(name), build)
     assert is_wrapped(tx) and isinstance(tx, plain_optax.GradientTransformation)
@@ -222,7 +228,7 @@ def test_dropin_transformation_matches_optax(name: str, factory: Any) -> None:
     assert_tree_allclose(got, expected, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("name,factory", SCHEDULES, ids=[n for n, _ in SCHEDULES])
+@pytest.mark.parametrize("name,factory", sliced(SCHEDULES, [n for n, _ in SCHEDULES], SLICE.__contains__))
 def test_dropin_schedule_matches_optax(name: str, factory: Any) -> None:
     schedule = call(name, dropin_of(name), build)
     assert is_wrapped(schedule) and callable(schedule)

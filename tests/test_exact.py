@@ -66,12 +66,12 @@ def test_adamw_warmup_cosine_on_digits_is_plain_optax_bit_for_bit(digits: Any) -
     x, y = digits
     params = _init(jax.random.key(0))
     step, traces = counting_jit(lambda tx, params, state: _train(tx, params, state, x, y))
-    for peak in (0.003, 0.01, 0.02, 0.05):
+    for peak in (0.003, 0.02, 0.05):
         plain = _optimizer(peak, raw)
         expected = jax.jit(lambda p, s, plain=plain: _train(plain, p, s, x, y))(params, plain.init(params))
         tx = _optimizer(peak, opx.wrap)
         assert_jit_bit_for_bit(step(tx, params, tx.init(params)), expected)
-    assert traces == [1]  # one compilation for the four
+    assert traces == [1]  # one compilation for the three
 
 
 @pytest.mark.parametrize("first", [1.0, 3.0])

@@ -1,14 +1,19 @@
-"""Every example runs (reduced sizes: OPTAX_PYTREE_SMOKE=1), so examples never rot."""
+"""Every example runs (reduced sizes: OPTAX_PYTREE_SMOKE=1), so examples never rot.
+
+Each in a new Python process forked from a server that imported jax and
+optax already (tests/warm_python.py): the example's own work, not the imports.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import os
 import pathlib
-import subprocess
-import sys
 
 import pytest
+import warm_python
+from helpers import one_distributed_job_at_a_time
 
 # Modules named _*.py are shared by the examples, not examples themselves.
 EXAMPLES = sorted(
@@ -33,6 +38,8 @@ NEEDS = {
     ),
     # Run (both modes, two processes) and its counts asserted by test_optuna_multiprocess.py.
     "optuna_multiprocess.py": (False, "covered by tests/test_optuna_multiprocess.py"),
+    # Run, without the test extras, by test_the_readme_demo_needs_only_the_runtime_dependencies.
+    "recompilation.py": (False, "covered by test_the_readme_demo_needs_only_the_runtime_dependencies"),
     "digits_nnx.py": (
         _installed("flax") >= (0, 12, 7) and _installed("scikit-learn") != (),
         "needs flax>=0.12.7 (nnx.merge(..., copy=True)), on Python>=3.11, and scikit-learn (the digits)",
@@ -40,15 +47,28 @@ NEEDS = {
 }
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
+# Examples that launch a local jax.distributed job.
+DISTRIBUTED = {"multiprocess_sweep.py"}
+
+
+# The examples that are jobs of several processes are in the exhaustive set
+# (pytest --exhaustive; CI runs them), as the other multi-process jobs.
+@pytest.mark.parametrize(
+    "path",
+    [
+        pytest.param(p, id=p.name, marks=(pytest.mark.exhaustive,) if p.name in DISTRIBUTED else ())
+        for p in EXAMPLES
+    ],
+)
 def test_example_runs(path: pathlib.Path, tmp_path: pathlib.Path) -> None:
     available, reason = NEEDS.get(path.name, (True, ""))
     if not available:
         pytest.skip(reason)
     env = {**os.environ, "OPTAX_PYTREE_SMOKE": "1", "MPLBACKEND": "Agg"}
-    result = subprocess.run(
-        [sys.executable, str(path)], env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path
-    )
+    # A jax.distributed job (its own launcher): one such job on the machine at a time.
+    distributed = path.name in DISTRIBUTED
+    with one_distributed_job_at_a_time() if distributed else contextlib.nullcontext():
+        result = warm_python.run([str(path)], env=env, timeout=600, cwd=tmp_path)
     assert result.returncode == 0, f"{path.name} failed:\n{result.stdout}\n{result.stderr}"
     assert result.stdout.strip(), f"{path.name} printed nothing"
 
@@ -63,8 +83,6 @@ def test_the_readme_demo_needs_only_the_runtime_dependencies(tmp_path: pathlib.P
         f"runpy.run_path({str(demo)!r}, run_name='__main__')\n"
     )
     env = {**os.environ, "OPTAX_PYTREE_SMOKE": "1"}
-    result = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path
-    )
+    result = warm_python.run(["-c", code], env=env, timeout=600, cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "1 compilation" in result.stdout

@@ -148,10 +148,11 @@ def test_nnx_state_split_and_merge_carry_the_hyperparameters() -> None:
 
 def test_nnx_without_flax_is_a_clear_import_error() -> None:
     code = "import sys; sys.modules['flax'] = None\n"
-    code += "try:\n    import optax_pytree.nnx\nexcept ImportError as e:\n    print(e)"
-    assert "optax_pytree.nnx needs flax" in run_in_fresh_python(code)
-    code = code.replace("optax_pytree.nnx", "optax_pytree.linen")
-    assert "optax_pytree.linen needs flax" in run_in_fresh_python(code)
+    for module in ("optax_pytree.nnx", "optax_pytree.linen"):  # one fresh process for both
+        code += f"try:\n    import {module}\nexcept ImportError as e:\n    print(e)\n"
+    out = run_in_fresh_python(code)
+    assert "optax_pytree.nnx needs flax" in out
+    assert "optax_pytree.linen needs flax" in out
 
 
 # --------------------------------------------------------------------------
@@ -513,8 +514,9 @@ class PooledMLP(MLP):
         return super().__call__(self.pool(x[..., None])[..., 0])
 
 
+@functools.cache
 def _train_alone(lr: float, steps: int) -> Any:
-    """One learning rate with flax and raw optax: the reference of a sweep."""
+    """One learning rate with flax and raw optax: the reference of a sweep (shared by its tests)."""
     return train_with_flax([lr] * steps, model=PooledMLP(nnx.Rngs(0)))
 
 

@@ -23,7 +23,7 @@ import jax
 import numpy as np
 import optax
 import pytest
-from helpers import PARAMS, assert_tree_allclose, loss, run_with_8_host_devices
+from helpers import PARAMS, assert_tree_allclose, loss, one_distributed_job_at_a_time, run_with_8_host_devices
 
 import optax_pytree as opx
 
@@ -76,25 +76,26 @@ def run_processes(script: str, out: pathlib.Path, *args: str, timeout: float = 2
         "PYTHONPATH": os.pathsep.join([_TESTS, os.environ.get("PYTHONPATH", "")]),
     }
     code = PRELUDE.format(devices=DEVICES_PER_PROCESS) + textwrap.dedent(script)
-    coordinator = f"localhost:{_free_port()}"
     logs = [out / f"process{i}.log" for i in range(PROCESSES)]
     procs = []
-    for i, log in enumerate(logs):
-        with open(log, "w") as f:  # the child keeps its own handle
-            argv = [sys.executable, "-c", code, str(i), str(PROCESSES), coordinator, str(out), *args]
-            procs.append(subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, env=env))
-    deadline = time.monotonic() + timeout
-    try:
-        while True:
-            codes = [p.poll() for p in procs]  # every one, each time
-            if None not in codes or any(codes) or time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-            p.wait()
+    with one_distributed_job_at_a_time():
+        coordinator = f"localhost:{_free_port()}"
+        for i, log in enumerate(logs):
+            with open(log, "w") as f:  # the child keeps its own handle
+                argv = [sys.executable, "-c", code, str(i), str(PROCESSES), coordinator, str(out), *args]
+                procs.append(subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, env=env))
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                codes = [p.poll() for p in procs]  # every one, each time
+                if None not in codes or any(codes) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                p.wait()
     outputs = [log.read_text() for log in logs]
     if any(p.returncode != 0 for p in procs):
         why = "timed out" if time.monotonic() > deadline else "failed"
@@ -206,6 +207,7 @@ np.savez(f"{OUT}/{PROCESS}.npz", best=best, learning_rate=np.asarray(everyone.le
 """
 
 
+@pytest.mark.exhaustive  # a multi-process job: CI runs it (pytest --exhaustive)
 def test_two_process_population_equals_the_single_process_run(tmp_path: pathlib.Path) -> None:
     start = time.perf_counter()
     outputs = run_processes(COMMON + SWEEP, tmp_path)
@@ -282,6 +284,7 @@ np.savez(f"{OUT}/{PROCESS}-{MODE}-final.npz", **gathered({"params": params, "los
 """
 
 
+@pytest.mark.exhaustive  # a multi-process job: CI runs it (pytest --exhaustive)
 def test_a_checkpoint_of_the_two_process_job_restores_and_trains_on_identically(
     tmp_path: pathlib.Path,
 ) -> None:
@@ -362,6 +365,7 @@ print("OK")
 """
 
 
+@pytest.mark.exhaustive  # a multi-process job: CI runs it (pytest --exhaustive)
 def test_bad_input_is_a_clear_error_on_every_process(tmp_path: pathlib.Path) -> None:
     outputs = run_processes(COMMON + "import jax.numpy as jnp\n" + BAD_INPUT, tmp_path)
     for i, text in enumerate(outputs):
@@ -370,6 +374,7 @@ def test_bad_input_is_a_clear_error_on_every_process(tmp_path: pathlib.Path) -> 
         assert "batched has 5 members on process 1" in text
 
 
+@pytest.mark.exhaustive  # a multi-process job: CI runs it (pytest --exhaustive)
 def test_the_launcher_fails_fast_when_a_process_dies(tmp_path: pathlib.Path) -> None:
     # Process 1 dies; process 0 waits in a collective that cannot complete.
     script = (

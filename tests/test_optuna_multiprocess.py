@@ -17,6 +17,9 @@ import sys
 
 import pytest
 
+# A job of several processes: in the exhaustive set (pytest --exhaustive; CI runs it).
+pytestmark = pytest.mark.exhaustive
+
 optuna = pytest.importorskip("optuna", reason="the Optuna example needs optuna (a test extra)")
 
 EXAMPLE = pathlib.Path(__file__).resolve().parent.parent / "examples" / "optuna_multiprocess.py"

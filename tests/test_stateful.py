@@ -92,8 +92,9 @@ def test_extra_args_are_forwarded() -> None:
     params = PARAMS
     for _ in range(3):
         params, opt = step(opt, params)
-    # run_steps passes value, grad and value_fn too.
-    expected = run_steps(optax.lbfgs(learning_rate=None, memory_size=3), PARAMS, steps=3, scan=False)[0]
+    # run_steps passes value, grad and value_fn too (jitted: its line search eagerly takes seconds).
+    reference = optax.lbfgs(learning_rate=None, memory_size=3)
+    expected = jax.jit(lambda p: run_steps(reference, p, steps=3, scan=False)[0])(PARAMS)
     assert_tree_allclose(params, expected, rtol=1e-4, atol=1e-6)
     assert opt.transformation.detected_static_argnames == ("memory_size",)
 
