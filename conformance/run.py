@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import collections
 import concurrent.futures
+import contextlib
 import dataclasses
 import fnmatch
 import importlib.metadata
@@ -39,12 +40,13 @@ import json
 import os
 import platform
 import re
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -478,8 +480,46 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="run plainly only the tests that did not pass through the drop-in (CI: about half the "
         "time, and no lost test missed)",
     )
+    parser.add_argument(
+        "--no-shared-cache",
+        action="store_true",
+        help="no JAX compilation cache shared by the run's pytest processes (by default a new temporary "
+        "one, removed at the end: each process finds what the others compiled; a JAX_COMPILATION_CACHE_DIR "
+        "already set is used instead)",
+    )
     parser.add_argument("--list", action="store_true", help="list the test files of the subset and exit")
     return parser.parse_args(argv)
+
+
+@contextlib.contextmanager
+def shared_compilation_cache(on: bool) -> Iterator[None]:
+    """One JAX persistent compilation cache for every pytest process started inside, then removed.
+
+    Most of the time of optax's test files is compiling small programs (each
+    eager operation, each test's jitted step), many the same from file to
+    file and in both modes; a process finds what another compiled. A cache
+    changes no result: an entry is the executable XLA compiled for the same
+    program, options and versions.
+    """
+    if not on or os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+        yield
+        return
+    settings = {
+        "JAX_COMPILATION_CACHE_DIR": tempfile.mkdtemp(prefix="optax-conformance-cache-"),
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1",
+    }
+    saved = {name: os.environ.get(name) for name in settings}
+    os.environ.update(settings)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        shutil.rmtree(settings["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -506,10 +546,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     start = time.perf_counter()
     pythonpath = [str(Path(p).resolve()) for p in args.pythonpath]
-    runs = run_all(
-        files, MODES, root, work, args.keyword, max(1, args.jobs), args.timeout, pythonpath,
-        plain_where_needed=args.plain_where_needed,
-    )  # fmt: skip
+    with shared_compilation_cache(not args.no_shared_cache):
+        runs = run_all(
+            files, MODES, root, work, args.keyword, max(1, args.jobs), args.timeout, pythonpath,
+            plain_where_needed=args.plain_where_needed,
+        )  # fmt: skip
     summary = compare(files, runs)
     report(summary)
     print(f"\n{time.perf_counter() - start:.0f} s in all")
