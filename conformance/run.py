@@ -29,6 +29,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import ast
 import collections
 import concurrent.futures
 import contextlib
@@ -170,6 +171,60 @@ def select(available: Sequence[str], subset: str, patterns: Sequence[str] | None
             raise SystemExit(f"no optax test file matches {pattern!r} (see --list)")
         chosen += [f for f in matched if f not in chosen]
     return chosen
+
+
+# What a test file may do to reach an object by a name that is not in its
+# text: read a module's namespace as a whole, or import another test file.
+_DYNAMIC = frozenset(
+    {"getattr", "dir", "vars", "getmembers", "__dict__", "__all__", "import_module", "__import__"}
+)
+
+
+def replaced_names() -> frozenset[str]:
+    """Every name under which an optax module holds an object that the drop-in replaces."""
+    from conformance_plugin import replacements
+
+    table = replacements()
+    names = set()
+    for name, module in list(sys.modules.items()):
+        if name == "optax" or name.startswith("optax."):
+            for attribute, value in list(vars(module).items()):
+                found = table.get(id(value))
+                if found is not None and found[0] is value:
+                    names.add(attribute)
+    return frozenset(names)
+
+
+def unreachable(files: Sequence[str], root: Path, names: frozenset[str]) -> dict[str, str]:
+    """The files that cannot reach the drop-in, read from their source: file -> why.
+
+    In drop-in mode a test file gets the drop-in's object where it reads, from
+    an optax module, a name whose object the drop-in replaces (its globals,
+    ``alias.adam``, ``getattr(alias, "adam")``). A file that has none of those
+    names among its identifiers and strings, reads no namespace as a whole
+    (``getattr``, ``dir``, ``vars``, ``__dict__``, ``__all__``, imports by
+    name) and imports no other test file runs the same in both modes: its
+    drop-in run would be its plain run.
+    """
+    out: dict[str, str] = {}
+    for file in files:
+        tree = ast.parse((root / file).read_text(encoding="utf-8"))
+        words: set[str] = set()
+        imports_tests = False
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name):
+                words.add(node.id)
+            elif isinstance(node, ast.Attribute):
+                words.add(node.attr)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                words.add(node.value)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                modules = [a.name for a in node.names] + [getattr(node, "module", None) or ""]
+                words.update(a.name for a in node.names)  # `from optax import sgd as s` reads sgd
+                imports_tests |= any(m.rsplit(".", 1)[-1].endswith("_test") for m in modules)
+        if not (words & names or words & _DYNAMIC or imports_tests):
+            out[file] = "names none of the objects the drop-in replaces (its drop-in run is its plain run)"
+    return out
 
 
 def versions() -> dict[str, str]:
@@ -487,6 +542,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "one, removed at the end: each process finds what the others compiled; a JAX_COMPILATION_CACHE_DIR "
         "already set is used instead)",
     )
+    parser.add_argument(
+        "--reachable-only",
+        action="store_true",
+        help="leave out the files whose source names none of the objects the drop-in replaces and reads "
+        "no namespace as a whole (they run the same in both modes); listed in the output (CI)",
+    )
     parser.add_argument("--list", action="store_true", help="list the test files of the subset and exit")
     return parser.parse_args(argv)
 
@@ -536,6 +597,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     absent = missing(OPTIONAL)
     if absent:
         print(f"conformance: not installed: {', '.join(absent)}; the test files that need them are left out")
+    left_out = unreachable(files, root, replaced_names()) if args.reachable_only else {}
+    if left_out:
+        print(f"conformance: {len(left_out)} files left out, each of which {next(iter(left_out.values()))}:")
+        print("  " + ", ".join(left_out))
+        files = [f for f in files if f not in left_out]
     work = args.logs or Path(tempfile.mkdtemp(prefix="optax-conformance-"))
     work.mkdir(parents=True, exist_ok=True)
     found = versions()
@@ -561,8 +627,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "k": args.keyword,
             "jobs": args.jobs,
             "plain_where_needed": args.plain_where_needed,
+            "reachable_only": args.reachable_only,
         }
-        document = {"versions": found, "settings": settings, **summary}
+        document = {"versions": found, "settings": settings, "left_out": left_out, **summary}
         args.out.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
         print(f"summary written to {args.out}")
     return 1 if summary["regressions"] else 0

@@ -281,3 +281,27 @@ def test_plain_where_needed_runs_plainly_only_what_did_not_pass_through_the_drop
     summary = run.compare(files, runs)
     assert sorted(r["nodeid"] for r in summary["regressions"]) == ["b_test.py::t2", "b_test.py::t3"]
     assert (summary["plain_passed"], summary["unrun"]) == (2, 4)
+
+
+@pytest.mark.parametrize(
+    ("source", "reachable"),
+    [
+        ("from optax._src import alias\ndef test_a():\n    alias.adam(1e-3)\n", True),
+        ("from optax import sgd as s\n", True),
+        ("import optax\ndef test_a():\n    getattr(optax, name)\n", True),  # a name not in the text
+        ("import optax\nassert 'chain' in PUBLIC\n", True),  # a string may be read by name
+        ("from optax.contrib import _common_test\n", True),  # another test file's names
+        ("import optax\ndef test_a():\n    vars(optax)\n", True),
+        ("from optax import losses\ndef test_a():\n    losses.l2_loss(x)\n", False),
+    ],
+)
+def test_a_file_is_left_out_only_when_it_cannot_reach_the_dropin(
+    tmp_path: pathlib.Path, source: str, reachable: bool
+) -> None:
+    _load("conformance_plugin")
+    run = _load("run")
+    (tmp_path / "a_test.py").write_text(source)
+    names = run.replaced_names()
+    assert {"adam", "sgd", "chain", "warmup_cosine_decay_schedule"} <= names
+    assert "l2_loss" not in names  # a loss, not replaced
+    assert (run.unreachable(["a_test.py"], tmp_path, names) == {}) is reachable
