@@ -15,6 +15,8 @@ arithmetic where they are fresh (``carried``).
 from __future__ import annotations
 
 # pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
+import functools
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -26,9 +28,32 @@ import optax
 from . import _bind, _checks, _detach, _expr, _guard, _leaves
 from ._bind import is_wrapped
 from ._caches import cache
-from ._detect import as_transformation
 from ._spec import Spec
 from ._vocabulary import Kind, Phase, Role
+
+
+def as_transformation(built: Any) -> optax.GradientTransformationExtraArgs:
+    """The optax transformation behind what a factory returned.
+
+    An object with ``init``/``update`` of its own (``optax.MultiSteps``) is
+    used as it is: its ``update`` takes the extra arguments itself and passes
+    them on (its ``gradient_transformation()`` would drop them).
+    """
+    if isinstance(built, optax.GradientTransformation):
+        return optax.with_extra_args_support(built)
+    update = built.update
+    if _takes_extra_args(getattr(update, "__func__", update)):
+        return optax.GradientTransformationExtraArgs(built.init, update)
+    return optax.with_extra_args_support(optax.GradientTransformation(built.init, update))
+
+
+@functools.lru_cache(maxsize=256)
+def _takes_extra_args(update: Any) -> bool:
+    """Whether an ``update`` function takes ``**extra_args`` (read once per function: every build asks)."""
+    try:
+        return any(p.kind is p.VAR_KEYWORD for p in inspect.signature(update).parameters.values())
+    except (TypeError, ValueError):
+        return False
 
 
 def _identity(x: Any) -> Any:

@@ -32,8 +32,6 @@ every value that takes the same branches.
 from __future__ import annotations
 
 # pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
-import functools
-import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -42,9 +40,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from . import _bind, _checks, _detach, _expr, _guard, _quiet, _static
+from . import _bind, _detach, _expr, _guard, _quiet
 from ._bind import FactoryInfo
+from ._build import as_transformation
 from ._leaves import is_tracer, value_as_given, value_as_static
+from ._spec import Analysis
 from ._vocabulary import Kind, Level, Mode, Phase
 
 # How far the probe drives what the factory returns, deepest first: update
@@ -109,30 +109,6 @@ def _other_dims(params: Any) -> Any:
     return jax.tree_util.tree_map(
         lambda s: jax.ShapeDtypeStruct(tuple(d + 3 for d in s.shape), s.dtype), params
     )
-
-
-def as_transformation(built: Any) -> optax.GradientTransformationExtraArgs:
-    """The optax transformation behind what a factory returned.
-
-    An object with ``init``/``update`` of its own (``optax.MultiSteps``) is
-    used as it is: its ``update`` takes the extra arguments itself and passes
-    them on (its ``gradient_transformation()`` would drop them).
-    """
-    if isinstance(built, optax.GradientTransformation):
-        return optax.with_extra_args_support(built)
-    update = built.update
-    if _takes_extra_args(getattr(update, "__func__", update)):
-        return optax.GradientTransformationExtraArgs(built.init, update)
-    return optax.with_extra_args_support(optax.GradientTransformation(built.init, update))
-
-
-@functools.lru_cache(maxsize=256)
-def _takes_extra_args(update: Any) -> bool:
-    """Whether an ``update`` function takes ``**extra_args`` (read once per function: every build asks)."""
-    try:
-        return any(p.kind is p.VAR_KEYWORD for p in inspect.signature(update).parameters.values())
-    except (TypeError, ValueError):
-        return False
 
 
 def exercise(built: Any, kind: Kind, level: Level, params: Any, count: Any, value: Any) -> Any:
@@ -277,80 +253,6 @@ class Probe:
                     self.level, self.params = level, params
                     return True
         return False
-
-
-class Analysis:
-    """What the probe found for one configuration and one branch of its values.
-
-    ``static_names``: candidates the factory needs concrete (their values are
-    ``static_key``); ``modes``: guarded candidates -> ``Mode.GUARDED`` or
-    ``Mode.GUARDED_WHILE_BUILT``; ``guards``: the recorded
-    comparisons and their outcomes; ``undecided``: the probe could not run
-    ``init``/``update`` (its stand-in parameters did not fit), so a failure at
-    trace time names the dynamic arguments.
-    """
-
-    __slots__ = (
-        "carried",
-        "exponents",
-        "guards",
-        "kind",
-        "level",
-        "modes",
-        "params",
-        "static_key",
-        "static_names",
-        "undecided",
-    )
-
-    def __init__(
-        self,
-        kind: Kind,
-        static: tuple[str, ...] = (),
-        modes: dict[str, Mode] | None = None,
-        guards: tuple[tuple[_expr.Key, bool], ...] = (),
-        undecided: bool = False,
-        values: Mapping[str, Any] | None = None,
-    ):
-        self.kind = kind
-        self.static_names = static  # the candidates the factory needs as Python values
-        self.modes = modes or {}
-        self.guards = guards
-        self.undecided = undecided
-        self.static_key = tuple(_static.freeze(value_as_static((values or {})[n])) for n in static)
-        # How deep the probe could drive the result, on which stand-in
-        # parameters: where the verification runs it too.
-        self.level = Level.BUILD
-        self.params: Any = None
-        # Expressions of the arguments that reach JAX (``1 - b2``): evaluated
-        # on the host when an object is made, and carried as its leaves.
-        self.carried: tuple[tuple[_expr.Expr, str], ...] = ()  # (expression, dtype of its value)
-        # Leaves that are a power's exponent (set by the verification): plain
-        # optax's program specializes a power by 2.0, 3.0, 0.5 or -1.0, a
-        # leaf's cannot, so those values are not this analysis' (see ``matches``).
-        self.exponents: tuple[str, ...] = ()
-
-    def matches(self, values: Mapping[str, Any]) -> bool | None:
-        """Whether these values take this analysis' branches (None: cannot tell, traced).
-
-        Python values are compared as the factory compared them; a batch of
-        concrete values (a population) matches if every member does.
-        """
-        if tuple(_static.freeze(value_as_static(values[n])) for n in self.static_names) != self.static_key:
-            return False
-        for n in self.exponents:
-            value = value_as_given(values[n])
-            if value is not None and value in _expr.SPECIALIZED_EXPONENTS:
-                return False
-        if not self.guards:
-            return True
-        env = {n: value_as_given(values[n]) for n in self.modes}
-        if any(v is None for v in env.values()):
-            batch = {n: values[n] for n in self.modes}
-            if any(is_tracer(v) for v in batch.values()):
-                return None
-            env = {n: np.asarray(v) for n, v in batch.items()}
-        return not _checks.mismatches(self.guards, env)
 
 
 def search(probe: Probe, candidates: Sequence[str], proxiable: frozenset[str]) -> Analysis | None:

@@ -33,7 +33,7 @@ import numpy as np
 from . import _bind, _build, _checks, _detect, _expr, _leaves, _quiet, _spec, _verify
 from ._bind import FactoryInfo, is_wrapped
 from ._classify import Classified, Options, classify
-from ._detect import Analysis
+from ._spec import Analysis
 from ._vocabulary import Kind, Level, Role
 
 
@@ -504,7 +504,7 @@ def _make(
         leaves, exact = _leaves_and_exact(spec, classified, hosts)
     plain = None
     if not traced and kind is not None:  # concrete: what a parent's factory takes (``plain_child``)
-        plain = _detect.as_transformation(result) if kind is Kind.TRANSFORMATION else result
+        plain = _build.as_transformation(result) if kind is Kind.TRANSFORMATION else result
     return Made(spec, leaves, exact, python, plain, pending)
 
 

@@ -8,25 +8,100 @@ templates of child containers, the detected static arguments and the guards
 so treedef comparisons are identity checks.
 
 The caches: per configuration (factory, argument roles and types, static
-values, options), the list of :class:`~optax_pytree._detect.Analysis` found so
+values, options), the list of :class:`Analysis` found so
 far, one per branch; each analysis makes one spec.
 """
 
 from __future__ import annotations
 
 # pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
+from collections.abc import Mapping
 from typing import Any
 
 import jax
+import numpy as np
 
-from . import _expr, _leaves, _static
+from . import _checks, _expr, _leaves, _static
 from ._bind import FactoryInfo
 from ._caches import cache
 from ._caches import clear_caches as clear_caches  # the name benchmarks/versus.py looks up
 from ._classify import Classified, Options, Template, factory_key
-from ._detect import Analysis
-from ._leaves import value_as_static
-from ._vocabulary import Mode, Role
+from ._leaves import is_tracer, value_as_given, value_as_static
+from ._vocabulary import Kind, Level, Mode, Role
+
+
+class Analysis:
+    """What the probe found for one configuration and one branch of its values.
+
+    ``static_names``: candidates the factory needs concrete (their values are
+    ``static_key``); ``modes``: guarded candidates -> ``Mode.GUARDED`` or
+    ``Mode.GUARDED_WHILE_BUILT``; ``guards``: the recorded
+    comparisons and their outcomes; ``undecided``: the probe could not run
+    ``init``/``update`` (its stand-in parameters did not fit), so a failure at
+    trace time names the dynamic arguments.
+    """
+
+    __slots__ = (
+        "carried",
+        "exponents",
+        "guards",
+        "kind",
+        "level",
+        "modes",
+        "params",
+        "static_key",
+        "static_names",
+        "undecided",
+    )
+
+    def __init__(
+        self,
+        kind: Kind,
+        static: tuple[str, ...] = (),
+        modes: dict[str, Mode] | None = None,
+        guards: tuple[tuple[_expr.Key, bool], ...] = (),
+        undecided: bool = False,
+        values: Mapping[str, Any] | None = None,
+    ):
+        self.kind = kind
+        self.static_names = static  # the candidates the factory needs as Python values
+        self.modes = modes or {}
+        self.guards = guards
+        self.undecided = undecided
+        self.static_key = tuple(_static.freeze(value_as_static((values or {})[n])) for n in static)
+        # How deep the probe could drive the result, on which stand-in
+        # parameters: where the verification runs it too.
+        self.level = Level.BUILD
+        self.params: Any = None
+        # Expressions of the arguments that reach JAX (``1 - b2``): evaluated
+        # on the host when an object is made, and carried as its leaves.
+        self.carried: tuple[tuple[_expr.Expr, str], ...] = ()  # (expression, dtype of its value)
+        # Leaves that are a power's exponent (set by the verification): plain
+        # optax's program specializes a power by 2.0, 3.0, 0.5 or -1.0, a
+        # leaf's cannot, so those values are not this analysis' (see ``matches``).
+        self.exponents: tuple[str, ...] = ()
+
+    def matches(self, values: Mapping[str, Any]) -> bool | None:
+        """Whether these values take this analysis' branches (None: cannot tell, traced).
+
+        Python values are compared as the factory compared them; a batch of
+        concrete values (a population) matches if every member does.
+        """
+        if tuple(_static.freeze(value_as_static(values[n])) for n in self.static_names) != self.static_key:
+            return False
+        for n in self.exponents:
+            value = value_as_given(values[n])
+            if value is not None and value in _expr.SPECIALIZED_EXPONENTS:
+                return False
+        if not self.guards:
+            return True
+        env = {n: value_as_given(values[n]) for n in self.modes}
+        if any(v is None for v in env.values()):
+            batch = {n: values[n] for n in self.modes}
+            if any(is_tracer(v) for v in batch.values()):
+                return None
+            env = {n: np.asarray(v) for n, v in batch.items()}
+        return not _checks.mismatches(self.guards, env)
 
 
 class Spec:

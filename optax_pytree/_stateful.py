@@ -55,6 +55,8 @@ class _ParamsSpec:
         return self.hash
 
     def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
         return (
             isinstance(other, _ParamsSpec)
             and self.hash == other.hash
@@ -81,6 +83,10 @@ class _Aux:
         return self.hash
 
     def __eq__(self, other: object) -> bool:
+        # On the dispatch path (jit compares the carried object's treedef with
+        # the compiled one's): the same object, as JAX hands it on, at once.
+        if self is other:
+            return True
         return (
             isinstance(other, _Aux) and self.initialized == other.initialized and self.params == other.params
         )

@@ -20,7 +20,7 @@ import jax
 import numpy as np
 import optax
 
-from . import _bind, _build, _constants, _leaves, _pipeline
+from . import _bind, _build, _constants, _leaves
 from ._bind import Wrapped
 from ._classify import Options
 from ._core import Core
@@ -391,6 +391,10 @@ def make(
     kept: Any = None,
 ) -> Any:
     """The wrapped object for these arguments: the pipeline's steps, then :func:`new`."""
+    # The analysis (probe, verification, numpy's evaluation of jaxprs) is
+    # imported at the first wrap, not with the package (tests/test_layout.py).
+    from . import _pipeline
+
     return new(*_pipeline.make(info, arguments, options, previous, kept))
 
 

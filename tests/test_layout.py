@@ -8,12 +8,29 @@ at module level or inside a function (a lazy import is still an arrow).
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import optax_pytree
 
 PACKAGE = Path(optax_pytree.__file__).resolve().parent
 MAX_LINES = 550
+
+# What ``import optax_pytree`` and ``import optax_pytree.optax`` must not load
+# (issue #28): the optional frameworks, imported by the modules that need
+# them when first used (``optax_pytree.nnx``, the first checkpoint); and the
+# analysis of a configuration (the probe, the verification and its numpy
+# evaluation of jaxprs), imported at the first wrap.
+HEAVY = (
+    "flax",
+    "orbax",
+    "equinox",
+    "matplotlib",
+    "optax_pytree._pipeline",
+    "optax_pytree._detect",
+    "optax_pytree._verify",
+)
 
 
 def _modules() -> dict[str, Path]:
@@ -93,3 +110,26 @@ def test_the_graph_sees_a_circle_when_there_is_one(tmp_path: Path) -> None:
     known = {"pkg.a", "pkg.b"}
     assert _imports("pkg.a", a, known) == {"pkg.b"}
     assert _imports("pkg.b", b, known) == {"pkg.a"}
+
+
+def _heavy(modules: list[str]) -> list[str]:
+    return [m for m in modules if any(m == h or m.startswith(h + ".") for h in HEAVY)]
+
+
+def test_importing_the_package_loads_nothing_heavy() -> None:
+    # A new interpreter (not the warm server of tests/warm_python.py: it imported them all).
+    code = (
+        "import sys, optax, optax.contrib\n"
+        "before = set(sys.modules)\n"
+        "import optax_pytree, optax_pytree.optax\n"
+        "print('\\n'.join(sorted(set(sys.modules) - before)))\n"
+    )
+    command = [sys.executable, "-c", code]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, check=True)
+    loaded = result.stdout.split()
+    assert "optax_pytree._tree" in loaded  # it did import the package
+    assert _heavy(loaded) == [], "imported with the package; import it where it is first used"
+    assert _heavy(["optax_pytree._verify", "orbax.checkpoint", "optax_pytree._tree"]) == [
+        "optax_pytree._verify",
+        "orbax.checkpoint",
+    ]
