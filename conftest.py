@@ -147,6 +147,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     line = f"optax_pytree: the run took {took:.0f} s; its budget ({TIME_BUDGET_ENV}) is {float(budget):.0f} s"
     if reporter is not None:
+        reporter.ensure_newline()
         reporter.write_line(line)
     if took > float(budget):
         if reporter is not None:

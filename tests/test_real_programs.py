@@ -295,9 +295,10 @@ def test_a_failure_of_the_mechanism_degrades_to_static_with_one_warning(
         else:  # the configuration is known: no warning again
             assert messages == []
         assert set(tx.static_argnames) >= {"opt", "every_k_schedule"}
-        # MultiSteps runs its inner optimizer in a lax.cond, compiled even eagerly: bit for bit
-        # where the jit numerics are (helpers.BIT_FOR_BIT_UNDER_JIT).
-        assert_jit_bit_for_bit(_steps(tx, PARAMS, 4), _steps(_accumulating(plain, peak), PARAMS, 4))
+        if i == 0:  # eagerly, once (its numerics do not depend on the value)
+            # MultiSteps runs its inner optimizer in a lax.cond, compiled even eagerly: bit for
+            # bit where the jit numerics are (helpers.BIT_FOR_BIT_UNDER_JIT).
+            assert_jit_bit_for_bit(_steps(tx, PARAMS, 4), _steps(_accumulating(plain, peak), PARAMS, 4))
         expected = jax.jit(functools.partial(_five_steps, _accumulating(plain, peak)))(PARAMS)
         assert_tree_allclose(jitted(tx, PARAMS), expected)
     assert len(traces) == 2  # static: a new value is a new compilation, as with plain optax
