@@ -190,13 +190,27 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("conformance", "optax_pytree conformance run")
     group.addoption("--conformance-mode", choices=MODES, default="plain", help="plain optax, or the drop-in")
     group.addoption("--conformance-results", default=None, help="a JSON-lines file the outcomes go to")
+    group.addoption(
+        "--conformance-skip",
+        default=None,
+        help="a file of node ids, one a line: collected, not run, recorded as unrun (they passed "
+        "through the drop-in)",
+    )
+
+
+# How a test collected and not run (``--conformance-skip``) is recorded.
+UNRUN = "unrun"
 
 
 class Recorder:
     """Writes each test's outcome as it finishes; installs the import hook in drop-in mode."""
 
-    def __init__(self, mode: str, path: str | None) -> None:
+    def __init__(self, mode: str, path: str | None, skip: str | None = None) -> None:
         self.mode = mode
+        self.skip: frozenset[str] = frozenset()
+        if skip:
+            with open(skip, encoding="utf-8") as f:
+                self.skip = frozenset(line.strip() for line in f if line.strip())
         self.out = open(path, "a", encoding="utf-8") if path else None  # open for the whole session
         self.outcomes: dict[str, tuple[str, str]] = {}
         self.dropin: DropIn | None = None
@@ -221,6 +235,18 @@ class Recorder:
         if self.out is not None:
             self.out.close()
             self.out = None
+
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        if not self.skip:
+            return
+        dropped = [item for item in items if item.nodeid in self.skip]
+        if dropped:
+            items[:] = [item for item in items if item.nodeid not in self.skip]
+            config.hook.pytest_deselected(items=dropped)
+        for item in dropped:
+            self.write(
+                {"kind": "test", "nodeid": item.nodeid, "outcome": UNRUN, "message": "not run: skipped"}
+            )
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
@@ -283,7 +309,11 @@ def skip_reason(report: pytest.TestReport) -> str:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    recorder = Recorder(str(config.getoption("conformance_mode")), config.getoption("conformance_results"))
+    recorder = Recorder(
+        str(config.getoption("conformance_mode")),
+        config.getoption("conformance_results"),
+        config.getoption("conformance_skip"),
+    )
     config.pluginmanager.register(recorder, "conformance-recorder")
     # Registered from inside pytest_configure: pluggy calls the recorder's own
     # pytest_configure as a historic hook right away.

@@ -249,21 +249,18 @@ def run_file(
     keyword: str | None,
     timeout: float,
     pythonpath: Sequence[str],
-    collect_only: bool = False,
-    node_ids: Sequence[str] = (),
+    skip: Sequence[str] = (),
 ) -> Run:
     """Runs one optax test file in one mode, in a pytest subprocess, and reads back its outcomes.
 
-    ``collect_only``: only collects its tests; each is then recorded as ``UNRUN``.
-    ``node_ids``: runs only those of its tests (node ids as pytest reports them).
+    ``skip``: of the tests it collects, those are not run, recorded as ``UNRUN``.
     """
     stem = file.replace("/", "__").removesuffix(".py")
-    stem += ".collect" if collect_only else ".some" if node_ids else ""
+    stem += ".rest" if skip else ""
     results, log = work / f"{stem}.{mode}.jsonl", work / f"{stem}.{mode}.log"
     results.unlink(missing_ok=True)
-    targets = [str(root.parent / n) for n in node_ids] or [str(root / file)]
     command = [
-        sys.executable, "-m", "pytest", *targets,
+        sys.executable, "-m", "pytest", str(root / file),
         "-p", PLUGIN, "--conformance-mode", mode, "--conformance-results", str(results),
         # optax's files alone: no ini, conftest or cache of the project around them.
         "-c", str(work / "pytest.ini"), "--rootdir", str(root.parent), "--noconftest",
@@ -271,8 +268,10 @@ def run_file(
     ]  # fmt: skip
     if keyword:
         command += ["-k", keyword]
-    if collect_only:
-        command.append("--collect-only")
+    if skip:
+        listed = work / f"{stem}.{mode}.skip"
+        listed.write_text("".join(f"{n}\n" for n in skip), encoding="utf-8")
+        command += ["--conformance-skip", str(listed)]
     path = os.pathsep.join(filter(None, [*pythonpath, str(HERE), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "PYTHONPATH": path}
     run = Run(file, mode, log=str(log))
@@ -289,14 +288,12 @@ def run_file(
             finally:
                 _RUNNING.discard(process)
     run.seconds = time.perf_counter() - start
-    if collect_only and not run.timed_out:  # `-q --collect-only` prints one node id a line
-        for line in Path(log).read_text(encoding="utf-8").splitlines():
-            if "::" in line and not line[:1].isspace():
-                run.tests[line.strip()] = (UNRUN, "passed through the drop-in; not run plainly")
     if results.exists():
         for line in results.read_text(encoding="utf-8").splitlines():
             record = json.loads(line)
-            if record["kind"] == "test":
+            if record["kind"] == "test" and record["outcome"] == UNRUN:
+                run.tests[record["nodeid"]] = (UNRUN, "passed through the drop-in; not run plainly")
+            elif record["kind"] == "test":
                 run.tests[record["nodeid"]] = (record["outcome"], record["message"])
             elif record["kind"] == "collect_error":
                 run.collect_errors.append(record["error"])
@@ -312,24 +309,23 @@ def run_all(
 ) -> dict[tuple[str, str], Run]:  # fmt: skip
     """Every (file, mode), ``jobs`` at a time, the largest files first; progress on stdout.
 
-    ``plain_where_needed``: the drop-in runs first; then each file is
-    collected plainly (``--collect-only``), and of the tests it collects only
-    those that did not pass through the drop-in (failed, skipped, not run)
-    are run plainly, by node id (the whole file where the drop-in run broke
-    off, a node id is not found, or there are many); the others are
-    ``UNRUN`` plainly. No test that passes plainly and not through the
-    drop-in is missed so: only the plain outcomes of tests that passed
-    through the drop-in are not known.
+    ``plain_where_needed``: the drop-in runs first; then each file runs
+    plainly in one process that collects all its tests and runs only those
+    that did not pass through the drop-in (failed, skipped, not collected
+    there): the others are recorded ``UNRUN`` plainly (the whole file where
+    the drop-in run broke off, or where this run does). No test that passes
+    plainly and not through the drop-in is missed so: only the plain outcomes
+    of tests that passed through the drop-in are not known.
     """
     (work / "pytest.ini").write_text("[pytest]\npython_files = *_test.py\n", encoding="utf-8")
     order = sorted(files, key=lambda f: -(root / f).stat().st_size)
     runs: dict[tuple[str, str], Run] = {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
 
-        def each(tasks: Sequence[tuple[str, str, bool, Sequence[str]]], label: str) -> list[Run]:
+        def each(tasks: Sequence[tuple[str, str, Sequence[str]]], label: str) -> list[Run]:
             futures = [
-                pool.submit(run_file, f, m, root, work, keyword, timeout, pythonpath, c, n)
-                for f, m, c, n in tasks
+                pool.submit(run_file, f, m, root, work, keyword, timeout, pythonpath, skip=k)
+                for f, m, k in tasks
             ]
             done_runs = []
             try:
@@ -344,38 +340,27 @@ def run_all(
             return done_runs
 
         if not plain_where_needed or "plain" not in modes:
-            for run in each([(f, m, False, ()) for f in order for m in modes], ""):
+            for run in each([(f, m, ()) for f in order for m in modes], ""):
                 runs[run.file, run.mode] = run
             return runs
-        for run in each([(f, m, False, ()) for f in order for m in modes if m != "plain"], ""):
+        for run in each([(f, m, ()) for f in order for m in modes if m != "plain"], ""):
             runs[run.file, run.mode] = run
-        # Where the drop-in run broke off, the whole file plainly; elsewhere what a
-        # plain collection finds, less what passed through the drop-in.
+        # Where the drop-in run broke off, the whole file plainly; elsewhere all
+        # but what passed through the drop-in.
         full = [f for f in order if runs[f, "dropin"].problem() is not None]
-        collected: dict[str, Run] = {}
-        targets: dict[str, list[str]] = {}
-        for run in each([(f, "plain", True, ()) for f in order if f not in full], "collect "):
-            passed = {n for n, (o, _) in runs[run.file, "dropin"].tests.items() if o in PASSED}
-            left = [n for n in run.tests if n not in passed]
-            if run.problem() is not None or not run.tests or len(left) > _MOST_NODE_IDS:
-                full.append(run.file)
-                continue
-            collected[run.file] = runs[run.file, "plain"] = run
-            if left:
-                targets[run.file] = left
-        for run in each([(f, "plain", False, targets[f]) for f in order if f in targets], "plain, some: "):
-            if run.problem() is not None or set(targets[run.file]) - set(run.tests):
-                full.append(run.file)  # a node id not found, a crash: the whole file plainly
+        passed = {
+            f: [n for n, (o, _) in runs[f, "dropin"].tests.items() if o in PASSED]
+            for f in order
+            if f not in full
+        }
+        for run in each([(f, "plain", passed[f]) for f in order if f not in full], "plain, the rest: "):
+            if run.problem() is not None:
+                full.append(run.file)  # a crash, a collection error: the whole file plainly
             else:
-                collected[run.file].tests.update(run.tests)
-                collected[run.file].seconds += run.seconds
-        for run in each([(f, "plain", False, ()) for f in order if f in full], "plain: "):
+                runs[run.file, run.mode] = run
+        for run in each([(f, "plain", ()) for f in order if f in full], "plain: "):
             runs[run.file, run.mode] = run
     return runs
-
-
-# A command line of node ids at most this long; past it, the whole file is run.
-_MOST_NODE_IDS = 400
 
 
 def progress(run: Run) -> str:

@@ -254,30 +254,27 @@ def test_one_file_end_to_end(tmp_path: pathlib.Path, capsys: pytest.CaptureFixtu
 def test_plain_where_needed_runs_plainly_only_what_did_not_pass_through_the_dropin(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Each file is collected plainly; of its tests, only those that did not pass
-    # through the drop-in are run plainly, by node id: a lost test is still found.
+    # Each file runs plainly in one process that collects all its tests and runs
+    # only those that did not pass through the drop-in: a lost test is still found.
     files = ["a_test.py", "b_test.py"]
     plain_runs: list[tuple[str, tuple[str, ...]]] = []
 
-    def fake_run_file(file: str, mode: str, *args: Any) -> Any:
-        collect_only, node_ids = args[-2], tuple(args[-1])
+    def fake_run_file(file: str, mode: str, *args: Any, skip: Any = ()) -> Any:
         r = run.Run(file, mode, returncode=0)
         ids = [f"{file}::t1", f"{file}::t2", f"{file}::t3"]
         if mode == "dropin":  # b_test's t2 fails and t3 is skipped through the drop-in
             outcomes = ["passed", "failed", "skipped"] if file == "b_test.py" else ["passed"] * 3
             r.tests = {n: (o, "") for n, o in zip(ids, outcomes)}
-        elif collect_only:
-            r.tests = {n: (run.UNRUN, "") for n in ids}
         else:
-            plain_runs.append((file, node_ids))
-            r.tests = {n: ("passed", "") for n in (node_ids or ids)}
+            plain_runs.append((file, tuple(n for n in ids if n not in skip)))
+            r.tests = {n: (run.UNRUN if n in skip else "passed", "") for n in ids}
         return r
 
     for name in files:
         (tmp_path / name).write_text("")
     monkeypatch.setattr(run, "run_file", fake_run_file)
     runs = run.run_all(files, run.MODES, tmp_path, tmp_path, None, 1, 60.0, plain_where_needed=True)
-    assert plain_runs == [("b_test.py", ("b_test.py::t2", "b_test.py::t3"))]
+    assert sorted(plain_runs) == [("a_test.py", ()), ("b_test.py", ("b_test.py::t2", "b_test.py::t3"))]
     summary = run.compare(files, runs)
     assert sorted(r["nodeid"] for r in summary["regressions"]) == ["b_test.py::t2", "b_test.py::t3"]
     assert (summary["plain_passed"], summary["unrun"]) == (2, 4)
