@@ -140,12 +140,20 @@ def pytest_report_header(config: pytest.Config) -> str:
     return "optax_pytree: the default run (the exhaustive sets are off; pytest --exhaustive runs them)"
 
 
+BUDGET_LINES = pytest.StashKey[list[str]]()
+
+
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     dropped = config.stash.get(DESELECTED, 0)
     if dropped:
         terminalreporter.write_line(
             f"optax_pytree: {dropped} tests of the exhaustive sets not run (pytest --exhaustive runs them)"
         )
+    elif not exhaustive(config) and DESELECTED not in config.stash:
+        # pytest-xdist's controller collects nothing itself: its workers deselected them.
+        terminalreporter.write_line("optax_pytree: the exhaustive sets not run (pytest --exhaustive)")
+    for line in config.stash.get(BUDGET_LINES, []):
+        terminalreporter.write_line(line)
 
 
 @pytest.hookimpl(trylast=True)
@@ -154,12 +162,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if not budget or hasattr(session.config, "workerinput"):  # the controller's run, not a worker's
         return
     took = time.perf_counter() - session.config.stash[STARTED]
-    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-    line = f"optax_pytree: the run took {took:.0f} s; its budget ({TIME_BUDGET_ENV}) is {float(budget):.0f} s"
-    if reporter is not None:
-        reporter.ensure_newline()
-        reporter.write_line(line)
-    if took > float(budget):
-        if reporter is not None:
-            reporter.write_line("optax_pytree: over budget: see the slowest tests (--durations) above")
+    limit = float(budget)
+    lines = [f"optax_pytree: the run took {took:.0f} s; its budget ({TIME_BUDGET_ENV}): {limit:.0f} s"]
+    if took > limit:
+        lines.append("optax_pytree: over budget: see the slowest tests (--durations) above")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    session.config.stash[BUDGET_LINES] = lines  # printed in the summary, after this hook
