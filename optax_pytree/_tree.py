@@ -342,9 +342,10 @@ def new(
     python: dict[str, Any] = _NO_PYTHON,
     plain: Any = None,
     pending: Any = None,
+    flat: tuple[Any, ...] | None = None,
 ) -> Any:
-    # On the rebuild path (every wrap and replace): kept to the fewest
-    # Python-level steps. JAX's unflatten has a copy of its one case (below).
+    # Also on the dispatch path (every jitted call that returns or rebuilds
+    # a wrapped object): kept to the fewest Python-level steps.
     core = _new_core(Core)
     core.spec = spec
     core.stored_leaves = leaves
@@ -359,7 +360,9 @@ def new(
     d = obj.__dict__
     d["_core"] = core
     if pending is None:  # else made by ``_LazyFlat`` at the first flatten
-        d["_flat"] = (leaves if exact is None else (*leaves, exact), spec)
+        if flat is None:
+            flat = leaves if exact is None else (*leaves, exact)
+        d["_flat"] = (flat, spec)
     return obj
 
 
@@ -388,22 +391,22 @@ def make(
     kept: Any = None,
 ) -> Any:
     """The wrapped object for these arguments: the pipeline's steps, then :func:`new`."""
-    return new(*(_pipeline_make or _import_pipeline())(info, arguments, options, previous, kept))
+    return new(*(_pipeline or _import_pipeline()).make(info, arguments, options, previous, kept))
 
 
 # The pipeline, with the analysis (probe, verification, numpy's evaluation of
 # jaxprs), is imported at the first wrap, not with the package
 # (tests/test_layout.py); then kept here, so that a rebuild does not pay an
 # import statement.
-_pipeline_make: Callable[..., Any] | None = None
+_pipeline: Any = None
 
 
-def _import_pipeline() -> Callable[..., Any]:
-    global _pipeline_make
-    from . import _pipeline
+def _import_pipeline() -> Any:
+    global _pipeline
+    from . import _pipeline as pipeline
 
-    _pipeline_make = _pipeline.make
-    return _pipeline.make
+    _pipeline = pipeline
+    return pipeline
 
 
 # Set by ``_flax_serialization`` (imported by the package): called when flax
@@ -443,31 +446,10 @@ def _flatten_with_keys(obj: Any) -> tuple[tuple[tuple[Any, Any], ...], Spec]:
 
 
 def _unflatten(spec: Spec, leaves: Iterable[Any]) -> Any:
-    # What ``new`` does, for the one case JAX needs, without its arguments'
-    # defaults and branches: every jitted call that returns a wrapped object
-    # (a carried optimizer, twice a step) pays it.
     flat = tuple(leaves)  # JAX gives a tuple: the same object, kept as the object's flat form
-    core = _new_core(Core)
-    core.spec = spec
     if spec.carried:
-        core.stored_leaves = flat[:-1]
-        core.stored_exact = flat[-1]
-    else:
-        core.stored_leaves = flat
-        core.stored_exact = None
-    core.python = _NO_PYTHON
-    core.plain = core.pending = None
-    if spec.kind is _TRANSFORMATION:
-        obj = _new_tuple(PyTreeTransformation, (core.init, core.update))
-    else:
-        obj = _new_core(PyTreeSchedule)
-    d = obj.__dict__
-    d["_core"] = core
-    d["_flat"] = (flat, spec)
-    return obj
-
-
-_TRANSFORMATION = Kind.TRANSFORMATION
+        return new(spec, flat[:-1], flat[-1], flat=flat)
+    return new(spec, flat)
 
 
 for _cls in _CLASSES.values():
