@@ -25,6 +25,12 @@ among its workers and the processes they start: a run never reads what
 another run compiled. A ``JAX_COMPILATION_CACHE_DIR`` already set is used
 instead (and kept); ``OPTAX_PYTREE_RUN_CACHE=0`` turns the cache off.
 
+**No analyses from disk.** A test sees the analysis of each configuration
+it wraps made in its own process (``clear_caches`` forgets them; a planted
+fault is found by the verification, not read back): the analyses kept on
+disk (``optax_pytree._disk``) are off unless ``OPTAX_PYTREE_ANALYSIS_CACHE``
+is set; ``tests/test_disk_cache.py`` turns them on in its own folders.
+
 ``OPTAX_PYTREE_TIME_BUDGET=SECONDS`` (CI sets it for the README's command)
 fails a run that takes longer, saying which tests took the time.
 
@@ -44,6 +50,10 @@ import time
 from typing import Any
 
 import pytest
+
+# Set before anything is imported or started (the workers, the fork server and
+# every process they start inherit it).
+os.environ.setdefault("OPTAX_PYTREE_ANALYSIS_CACHE", "0")
 
 collect_ignore = []
 if importlib.util.find_spec("flax") is None:

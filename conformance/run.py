@@ -523,8 +523,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--no-shared-cache",
         action="store_true",
-        help="no JAX compilation cache shared by the run's pytest processes (by default a new temporary "
-        "one, removed at the end: each process finds what the others compiled; a JAX_COMPILATION_CACHE_DIR "
+        help="no JAX compilation cache and no folder of optax_pytree's analyses shared by the run's pytest "
+        "processes (by default a new temporary one of each, removed at the end: each process finds what "
+        "the others compiled and analysed; a JAX_COMPILATION_CACHE_DIR or OPTAX_PYTREE_ANALYSIS_CACHE "
         "already set is used instead)",
     )
     parser.add_argument(
@@ -568,6 +569,27 @@ def shared_compilation_cache(on: bool) -> Iterator[None]:
         shutil.rmtree(settings["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
 
 
+@contextlib.contextmanager
+def shared_analyses(on: bool) -> Iterator[None]:
+    """The analyses optax_pytree keeps on disk (``optax_pytree/_disk.py``): one new folder for the
+    run's processes (a file's process reads what another analysed, as a user's later runs do), or
+    off; never the user's own folder. An ``OPTAX_PYTREE_ANALYSIS_CACHE`` already set is used."""
+    if os.environ.get(ANALYSIS_CACHE_ENV) is not None:
+        yield
+        return
+    folder = tempfile.mkdtemp(prefix="optax-conformance-analyses-") if on else None
+    os.environ[ANALYSIS_CACHE_ENV] = folder or "0"
+    try:
+        yield
+    finally:
+        os.environ.pop(ANALYSIS_CACHE_ENV, None)
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+ANALYSIS_CACHE_ENV = "OPTAX_PYTREE_ANALYSIS_CACHE"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     absent = missing(REQUIRED)
@@ -597,7 +619,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     start = time.perf_counter()
     pythonpath = [str(Path(p).resolve()) for p in args.pythonpath]
-    with shared_compilation_cache(not args.no_shared_cache):
+    with shared_compilation_cache(not args.no_shared_cache), shared_analyses(not args.no_shared_cache):
         runs = run_all(
             files, MODES, root, work, args.keyword, max(1, args.jobs), args.timeout, pythonpath,
             plain_where_needed=args.plain_where_needed,

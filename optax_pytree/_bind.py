@@ -148,6 +148,8 @@ class FactoryInfo:
             and self.var_keyword is None
             and all(p.kind is not p.POSITIONAL_ONLY for p in params)
         )
+        # The name of its one parameter, ``*args`` (optax.chain), else None.
+        self.only_var_positional = self.var_positional if len(params) == 1 else None
         # How to call it back: positionally up to (and including) *args.
         self.positional: list[tuple[str, bool]] = []  # (name, is *args)
         self.keyword: list[str] = []
@@ -220,6 +222,8 @@ class FactoryInfo:
                 else:
                     raise TypeError(f"{self.name}: missing required argument {name!r}")
             return out
+        if self.only_var_positional and not kwargs:  # optax.chain(*transforms)
+            return {self.only_var_positional: args}
         return self._bind_slowly(args, kwargs)
 
     def _bind_slowly(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:

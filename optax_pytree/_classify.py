@@ -18,16 +18,18 @@ from __future__ import annotations
 
 # pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 import inspect
+import types
 import typing
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 import jax
-import numpy as np
 
 from . import _leaves, _static
 from ._annotations import Renderer
 from ._bind import FactoryInfo, Wrapped, is_wrapped
+from ._children import SLOT as SLOT  # pickles of templates written before name it here
+from ._children import Template, contains_wrapped, flat_container, structure, structure_of
 from ._vocabulary import Role
 
 T = TypeVar("T")
@@ -161,109 +163,6 @@ def make_options(
     return Options(static, dynamic, only)
 
 
-# --------------------------------------------------------------------------
-# Containers of wrapped values.
-
-
-class _Slot:
-    """Where a wrapped value sits in a container's template."""
-
-    def __repr__(self) -> str:
-        return "<wrapped>"
-
-    def __reduce__(self) -> str:
-        return "SLOT"
-
-
-SLOT = _Slot()
-
-
-def _split(value: Any) -> tuple[Any, Any]:
-    """(template, child): the static rest of a container, and its wrapped values."""
-    if is_wrapped(value):
-        return SLOT, value
-    if isinstance(value, dict):
-        parts = {k: _split(v) for k, v in value.items()}
-        return {k: t for k, (t, _) in parts.items()}, {k: c for k, (_, c) in parts.items()}
-    if isinstance(value, (tuple, list)):
-        parts = [_split(v) for v in value]
-        templates, children = [t for t, _ in parts], [c for _, c in parts]
-        if isinstance(value, list):
-            return templates, children
-        if hasattr(value, "_fields"):  # a namedtuple
-            return type(value)(*templates), type(value)(*children)
-        return tuple(templates), tuple(children)
-    return value, None
-
-
-def _merge(template: Any, child: Any, fn: Callable[[Any], Any]) -> Any:
-    if template is SLOT:
-        return fn(child)
-    if isinstance(template, dict):
-        return {k: _merge(t, child[k], fn) for k, t in template.items()}
-    if isinstance(template, (tuple, list)):
-        items = [_merge(t, c, fn) for t, c in zip(template, child)]
-        if isinstance(template, list):
-            return items
-        return type(template)(*items) if hasattr(template, "_fields") else tuple(items)
-    return template
-
-
-class Template:
-    """The static part of a container that holds wrapped values.
-
-    ``optax.named_chain(("clip", a), ("adam", b))`` binds ``(("clip", a),
-    ("adam", b))``: the wrapped ``a`` and ``b`` are children, the strings and
-    the nesting are static. The child handed to JAX is the container with
-    every non-wrapped value replaced by ``None``, so key paths read naturally
-    (``.transforms[1][1].learning_rate``). Dicts keep their order (JAX sorts
-    keys; ``optax.monitor`` builds its state in the order given).
-    """
-
-    __slots__ = ("key", "template")
-
-    def __init__(self, template: Any):
-        self.template = template
-        self.key = _static.freeze(template)
-
-    @classmethod
-    def split(cls, value: Any) -> tuple[Template, Any]:
-        template, child = _split(value)
-        return cls(template), child
-
-    def merge(self, child: Any, fn: Callable[[Any], Any] = lambda w: w) -> Any:
-        return _merge(self.template, child, fn)
-
-
-def structure(w: Any) -> Any:
-    """What a wrapped value's treedef is made of (its spec, its children's, its leaves'
-    structures), read without flattening it: a parent's wrap does not make the leaves of
-    a child whose leaves are still pending (``_leaves.Pending``)."""
-    core = w._core
-    spec = core.spec
-    pending = core.pending
-    parts: list[Any] = []
-    if pending is not None:  # its dynamic leaves are Python numbers: one leaf each
-        for name in spec.leaf_names:
-            if spec.roles[name] != Role.DYNAMIC:
-                parts.append(_structure_of(pending.children[name]))
-    else:
-        for name, leaf in zip(spec.leaf_names, core.stored_leaves):
-            if spec.roles[name] != Role.DYNAMIC:
-                parts.append(_structure_of(leaf))
-            elif not isinstance(leaf, (jax.Array, np.ndarray)):  # a pytree forced dynamic
-                parts.append(jax.tree_util.tree_structure(leaf))
-    return (spec, tuple(parts))
-
-
-def _structure_of(value: Any) -> Any:
-    """The structure of a child: a wrapped value's, or a container's holding wrapped values."""
-    if is_wrapped(value):
-        return structure(value)
-    leaves, treedef = jax.tree_util.tree_flatten(value, is_leaf=is_wrapped)
-    return (treedef, tuple(structure(x) if is_wrapped(x) else None for x in leaves))
-
-
 def _with_closure_children(value: Any, options: Options) -> Any:
     """A container with the functions in it that become children (``_closures``) made so."""
     if closure_child is None or options.dynamic_only is not None:
@@ -282,10 +181,6 @@ def _with_closure_children(value: Any, options: Options) -> Any:
         child = closure_child(value)
         return value if child is None else child
     return value
-
-
-def _contains_wrapped(value: Any) -> bool:
-    return any(is_wrapped(x) for x in jax.tree_util.tree_leaves(value, is_leaf=is_wrapped))
 
 
 def is_numeric_tree(x: Any) -> bool:
@@ -363,10 +258,12 @@ class Classified:
     __slots__ = (
         "analysis_key",
         "candidates",
+        "children",
         "forced",
         "key",
         "options",
         "python",
+        "python_numbers",
         "roles",
         "templates",
         "values",
@@ -386,6 +283,8 @@ class Classified:
         # the analyses are cached, and verified, per analysis key.
         self.analysis_key: Any = ()
         self.python = True  # the values are the factory's arguments as they are (no child, no leaf)
+        self.python_numbers = True  # every candidate a Python number, nothing forced dynamic (no tracer)
+        self.children: list[str] = []  # the arguments whose role is CHILD
         self.options: Options = NO_OPTIONS
 
 
@@ -408,6 +307,63 @@ def factory_key(info: FactoryInfo) -> Any:
 
 
 def classify(info: FactoryInfo, arguments: dict[str, Any], options: Options) -> Classified:
+    """The role of each argument, and the keys of the configuration (see :class:`Classified`)."""
+    if options is NO_OPTIONS:
+        out = _classify_common(info, arguments)
+        if out is not None:
+            return out
+    return _classify(info, arguments, options)
+
+
+def _classify_common(info: FactoryInfo, arguments: dict[str, Any]) -> Classified | None:
+    """:func:`classify` of the common values, no option given: on every rebuild, kept short.
+
+    Python floats and integers (candidates), ``None`` and bools (static),
+    wrapped values and containers of them only (children), functions that
+    close over nothing (static: a mask or label function written in the
+    builder). Anything else: None, and :func:`_classify` decides, as it
+    would for these values.
+    """
+    out = Classified()
+    key_parts: list[Any] = []
+    given: list[Any] = []
+    roles, values, candidates, children = out.roles, out.values, out.candidates, out.children
+    defaults = info.defaults
+    x64 = bool(jax.config.jax_enable_x64)  # pyright: ignore[reportAttributeAccessIssue]
+    for name, value in arguments.items():
+        kind = type(value)
+        if kind is float or (kind is int and _leaves.fits_int_leaf(value)):
+            candidates.append(name)
+            key_parts.append((name, Role.DYNAMIC, _leaves.python_kind_key(kind, x64)))
+            given.append((kind, value is defaults.get(name, _NO_DEFAULT)))
+            roles[name] = Role.DYNAMIC
+        elif value is None or kind is bool:
+            key_parts.append((name, Role.STATIC, (kind, value)))
+            roles[name] = Role.STATIC
+        elif isinstance(value, Wrapped):  # a schedule, an inner optimizer
+            key_parts.append((name, Role.CHILD, structure(value)))
+            roles[name] = Role.CHILD
+            children.append(name)
+        elif kind is types.FunctionType and value.__closure__ is None:  # nothing to make a child of
+            key_parts.append((name, Role.STATIC, _static.freeze(value)))
+            roles[name] = Role.STATIC
+        elif (flat := flat_container(value)) is not None:  # chain's, partition's
+            out.templates[name] = flat[0]
+            key_parts.append(
+                (name, Role.CHILD, flat[0].key, (flat[1], tuple([structure(x) for x in flat[2]])))
+            )
+            roles[name] = Role.CHILD
+            children.append(name)
+        else:
+            return None
+        values[name] = value
+    out.python = not children
+    out.key = _static.Key((factory_key(info), tuple(key_parts), NO_OPTIONS.key()))
+    out.analysis_key = _static.Key((out.key, tuple(given)))
+    return out
+
+
+def _classify(info: FactoryInfo, arguments: dict[str, Any], options: Options) -> Classified:
     out = Classified()
     marked_static, marked_dynamic = [], []
     for name, value in arguments.items():
@@ -418,30 +374,9 @@ def classify(info: FactoryInfo, arguments: dict[str, Any], options: Options) -> 
     out.options = options
     key_parts: list[Any] = []
     given: list[Any] = []  # what a factory may decide about a candidate besides comparing it
-    plain = options is NO_OPTIONS
-    roles, values, candidates = out.roles, out.values, out.candidates
     defaults = info.defaults
     python = True  # every value a Python number or static: the factory takes them as they are
-    x64 = bool(jax.config.jax_enable_x64)  # pyright: ignore[reportAttributeAccessIssue]
     for name, value in arguments.items():
-        if plain and (type(value) is float or (type(value) is int and _leaves.fits_int_leaf(value))):
-            candidates.append(name)
-            key_parts.append((name, Role.DYNAMIC, _leaves.python_kind_key(type(value), x64)))
-            given.append((type(value), value is defaults.get(name, _NO_DEFAULT)))
-            roles[name] = Role.DYNAMIC
-            values[name] = value
-            continue
-        if plain and (value is None or type(value) is bool):  # the common static values, fast
-            key_parts.append((name, Role.STATIC, (type(value), value)))
-            roles[name] = Role.STATIC
-            values[name] = value
-            continue
-        if plain and isinstance(value, Wrapped):  # a child (a schedule, an inner optimizer), fast
-            python = False
-            key_parts.append((name, Role.CHILD, structure(value)))
-            roles[name] = Role.CHILD
-            values[name] = value
-            continue
         check_value(info, name, value)
         if name in options.static:
             role = Role.STATIC
@@ -454,21 +389,26 @@ def classify(info: FactoryInfo, arguments: dict[str, Any], options: Options) -> 
                     "is not numeric (an int, float, complex or numeric array, or a pytree of them)"
                 )
             python = False
+            out.python_numbers = False
             role = Role.DYNAMIC
-            python = False
             out.forced.append(name)
             key_parts.append((name, "forced dynamic", _leaves.aval_key(value)))
         elif is_wrapped(value):
             python = False
             role = Role.CHILD
             key_parts.append((name, role, structure(value)))
-        elif isinstance(value, (tuple, list, dict)) and _contains_wrapped(
+        elif (flat := flat_container(value)) is not None:  # chain's, partition's: wrapped items only
+            python = False
+            role = Role.CHILD
+            out.templates[name] = flat[0]
+            key_parts.append((name, role, flat[0].key, (flat[1], tuple([structure(x) for x in flat[2]]))))
+        elif isinstance(value, (tuple, list, dict)) and contains_wrapped(
             value := _with_closure_children(value, options)
         ):
             python = False
             role = Role.CHILD
             out.templates[name], value = Template.split(value)
-            key_parts.append((name, role, out.templates[name].key, _structure_of(value)))
+            key_parts.append((name, role, out.templates[name].key, structure_of(value)))
         elif _leaves.is_integer(value) and not _leaves.fits_int_leaf(value):
             # 10**10 steps: an int32 leaf cannot hold it, Python's int can.
             role = Role.STATIC
@@ -482,6 +422,7 @@ def classify(info: FactoryInfo, arguments: dict[str, Any], options: Options) -> 
             key_parts.append((name, role, _leaves.kind_key(value)))
             given.append((_leaves.given_type(value), value is defaults.get(name, _NO_DEFAULT)))
             python = python and type(value) in (int, float, complex)
+            out.python_numbers = out.python_numbers and type(value) in (int, float, complex)
         else:
             child = None
             if closure_child is not None and options.dynamic_only is None and callable(value):
@@ -496,6 +437,8 @@ def classify(info: FactoryInfo, arguments: dict[str, Any], options: Options) -> 
                 key_parts.append((name, role, _static.freeze(value)))
         out.roles[name] = role
         out.values[name] = value
+        if role == Role.CHILD:
+            out.children.append(name)
     out.key = _static.Key((factory_key(info), tuple(key_parts), options.key()))
     out.analysis_key = _static.Key((out.key, tuple(given)))
     out.python = python

@@ -25,7 +25,8 @@ class Core:
     wrapped object, which JAX rebuilds at every unflatten.
     """
 
-    __slots__ = ("pending", "plain", "python", "spec", "stored_exact", "stored_leaves")
+    # ``structure``: its treedef's make, once asked (``_children.structure``); unset until then.
+    __slots__ = ("pending", "plain", "python", "spec", "stored_exact", "stored_leaves", "structure")
 
     spec: Spec
     stored_leaves: tuple[Any, ...]

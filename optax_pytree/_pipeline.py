@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from . import _bind, _build, _checks, _detect, _expr, _leaves, _quiet, _spec, _verify
+from . import _bind, _build, _carry, _checks, _detect, _disk, _expr, _leaves, _quiet, _spec, _verify
 from ._bind import FactoryInfo, is_wrapped
 from ._classify import Classified, Options, classify
 from ._spec import Analysis
@@ -67,12 +67,13 @@ def _base(classified: Classified) -> dict[str, Any]:
     if classified.python:
         return classified.values  # the common case: Python numbers and static values
     base = dict(classified.values)
-    for name in classified.candidates:
-        base[name] = _leaves.as_python_number(base[name])
-    for name, role in classified.roles.items():
-        if role == Role.CHILD:
-            t = classified.templates.get(name)
-            base[name] = t.merge(base[name], plain_child) if t is not None else plain_child(base[name])
+    if not classified.python_numbers:
+        for name in classified.candidates:
+            base[name] = _leaves.as_python_number(base[name])
+    templates = classified.templates
+    for name in classified.children:
+        t = templates.get(name)
+        base[name] = t.merge(base[name], plain_child) if t is not None else plain_child(base[name])
     return base
 
 
@@ -86,6 +87,8 @@ def plain_child(w: Any) -> Any:
 
 
 def _traced(classified: Classified) -> list[str]:
+    if classified.python_numbers:  # its numeric arguments are Python numbers: no tracer
+        return []
     values = classified.values
     return [n for n in (*classified.candidates, *classified.forced) if _leaves.is_tracer(values[n])]
 
@@ -230,7 +233,9 @@ def _difference(
         return None  # nothing to run (the probe could not run init or a schedule)
     spec = _spec.new_spec(info, classified, analysis)
     # Made as the object will be (the same one compiled converter).
-    leaves, exact = _leaves_and_exact(spec, classified, _host_values(spec, base) if spec.carried else {})
+    leaves, exact = _carry.leaves_and_exact(
+        spec, classified, _carry.host_values(spec, base) if spec.carried else {}
+    )
     params = _verify.concrete_params(_verify.smaller(analysis.params))
     counts = _verify.counts_for({n: classified.values[n] for n in classified.candidates})
 
@@ -280,59 +285,6 @@ def _exponent_names(spec: _spec.Spec, leaves: tuple[Any, ...], positions: frozen
     return tuple(names)
 
 
-def _host_values(spec: _spec.Spec, base: dict[str, Any], kept: Any = None) -> dict[Any, Any]:
-    """Expression -> its host value for the values given (Python's precision and integers).
-
-    With traced values (a ``replace`` inside ``jit``), traced: the float32
-    fallback. ``kept`` (see :func:`make`): an expression of unchanged
-    arguments keeps the host value the replaced object carried, if that
-    object is not stale.
-    """
-    previous = _kept_values(kept, spec)
-    if all(type(base[n]) in _PYTHON_NUMBERS for n in spec.carried_names):  # Python's arithmetic: no warnings
-        return {e: previous[e] if e in previous else _expr.evaluate(e, base) for e in spec.carried}
-    env = {n: _host(base[n]) for n in spec.tracked}
-    with np.errstate(all="ignore"):
-        return {e: previous[e] if e in previous else _expr.evaluate(e, env) for e in spec.carried}
-
-
-def _carried_values(spec: _spec.Spec, hosts: dict[Any, Any], leaves: tuple[Any, ...]) -> Any:
-    """The object's ``exact`` child (a scalar leaf per expression, then the fingerprint), in general."""
-    of = [leaves[spec.leaf_index[n]] for n in spec.carried_names]
-    return _leaves.exact_child([hosts[e] for e in spec.carried], of, spec.carried_dtypes)
-
-
-def _host(x: Any) -> Any:
-    """A concrete array as NumPy (a batch of values): evaluated on the host, not by XLA."""
-    return np.asarray(x) if isinstance(x, jax.Array) and not _leaves.is_tracer(x) else x
-
-
-def _kept_values(kept: Any, spec: _spec.Spec) -> dict[Any, Any]:
-    """Expression -> the carried host value of the replaced object, for unchanged arguments.
-
-    Only from an object that is not stale (its fingerprint matches its leaves).
-    """
-    if kept is None:
-        return {}
-    core, changed = kept
-    if core.exact is None or _build.fresh(core.spec, core.leaves, core.exact) is not True:
-        return {}
-    out = {}
-    old_values = _leaves.exact_values(core.exact, core.spec.carried_dtypes)
-    for expr in core.spec.carried:
-        if expr in spec.carried_index and not _expr.names_in(expr) & changed:
-            value = np.asarray(old_values[core.spec.carried_index[expr]])
-            out[expr] = value.item() if value.ndim == 0 else value
-    return out
-
-
-def _leaf_values(spec: _spec.Spec, classified: Classified) -> tuple[Any, ...]:
-    values = classified.values
-    dynamic = [n for n, r in spec.roles.items() if r == Role.DYNAMIC]
-    converted = _leaves.to_leaves({n: values[n] for n in dynamic}) if dynamic else {}
-    return tuple(converted[n] if n in converted else values[n] for n in spec.leaf_names)
-
-
 def _find_analysis(
     info: FactoryInfo,
     classified: Classified,
@@ -350,6 +302,13 @@ def _find_analysis(
         # branches of the object they replace, checked where it is used.
         if previous.analysis.matches(values) is not False:
             return previous.analysis
+    # Analysed by an earlier process, with the same code (``_disk``).
+    name = None if kind is None or _traced(classified) else _disk.digest(classified)
+    if name is not None:
+        for analysis in _disk.load(name):
+            if analysis.matches(values):
+                _spec.remember(classified.analysis_key, analysis)
+                return analysis
     if kind is None:
         # The factory failed on traced values: called again to say why (its
         # warnings were given by that first call).
@@ -365,6 +324,8 @@ def _find_analysis(
         why = f"optax_pytree's analysis of it failed ({type(e).__name__}: {_build.first_line(str(e))})"
         raise Degrade(_not_static(classified), why) from e
     _spec.remember(classified.analysis_key, analysis)
+    if name is not None:
+        _disk.store(name, analysis)
     return analysis
 
 
@@ -384,7 +345,7 @@ def _check_leaves(info: FactoryInfo, classified: Classified, analysis: Analysis)
     if any(_leaves.is_tracer(v) for v in guarded.values()):
         return
     host = {n: _leaves.value_as_leaf(v) for n, v in guarded.items()}
-    bad = _checks.mismatches(analysis.guards, host)
+    bad = analysis.check(host)
     names: tuple[str, ...] = tuple(sorted(_expr.key_names(bad[0][0]))) if bad else ()
     if bad and not classified.options.dynamic and all(np.ndim(host[n]) == 0 for n in names):
         # Plain optax takes the value as given; as a leaf it would take another
@@ -476,10 +437,14 @@ def _make(
     quiet: bool,
 ) -> Made:
     classified = classify(info, arguments, options)
-    degraded = _spec.degraded(classified.analysis_key)
-    if degraded is not None:  # the mechanism could not honour this configuration: static
-        options = options.with_marks(degraded[0], ())
-        classified = classify(info, arguments, options)
+    # A configuration made before whose analysis nothing of the values
+    # decides (no guards, no static candidates): its spec, found at once.
+    spec = _spec.planned(classified.analysis_key)
+    if spec is None:
+        degraded = _spec.degraded(classified.analysis_key)
+        if degraded is not None:  # the mechanism could not honour this configuration: static
+            options = options.with_marks(degraded[0], ())
+            classified = classify(info, arguments, options)
     base = _base(classified)
     # Traced values (wrap or replace inside jit, optax.inject_hyperparams
     # calling a drop-in factory) are no Python values to check: the factory
@@ -492,57 +457,19 @@ def _make(
             kind, result = _call_factory(info, classified, base, tolerant=traced)
     else:
         kind, result = _call_factory(info, classified, base, tolerant=traced)
-    analysis = _find_analysis(info, classified, previous, base, kind)
-    _check_leaves(info, classified, analysis)
-    spec = _spec.spec_for(info, classified, analysis)
-    python = {n: base[n] for n in classified.candidates if type(base[n]) in _PYTHON_NUMBERS}
-    hosts = _host_values(spec, base, kept) if spec.carried else {}
-    pending = _pending(spec, classified, hosts)
+    if spec is None:
+        analysis = _find_analysis(info, classified, previous, base, kind)
+        _check_leaves(info, classified, analysis)
+        spec = _spec.spec_for(info, classified, analysis)
+        _spec.plan(classified.analysis_key, spec)
+    python = {n: base[n] for n in classified.candidates if type(base[n]) in _carry.PYTHON_NUMBERS}
+    hosts = _carry.host_values(spec, base, kept) if spec.carried else {}
+    pending = _carry.pending(spec, classified, hosts)
     if pending is not None:
         leaves, exact = (), None
     else:
-        leaves, exact = _leaves_and_exact(spec, classified, hosts)
+        leaves, exact = _carry.leaves_and_exact(spec, classified, hosts)
     plain = None
     if not traced and kind is not None:  # concrete: what a parent's factory takes (``plain_child``)
         plain = _build.as_transformation(result) if kind is Kind.TRANSFORMATION else result
     return Made(spec, leaves, exact, python, plain, pending)
-
-
-def _pending(spec: _spec.Spec, classified: Classified, hosts: dict[Any, Any]) -> _leaves.Pending | None:
-    """The pending leaves of the common case (Python numbers), else None (made now)."""
-    dynamic = spec.dynamic_names
-    if not dynamic:
-        return None
-    values = classified.values
-    if not all(type(values[n]) in _PYTHON_NUMBERS for n in dynamic):
-        return None
-    if not all(type(h) in _PYTHON_NUMBERS for h in hosts.values()):
-        return None
-    children = {n: values[n] for n in spec.leaf_names if spec.roles[n] != Role.DYNAMIC}
-    return _leaves.Pending(spec, [values[n] for n in dynamic], [hosts[e] for e in spec.carried], children)
-
-
-def _leaves_and_exact(spec: _spec.Spec, classified: Classified, hosts: dict[Any, Any]) -> tuple[Any, Any]:
-    """The object's leaves and its ``exact`` child (None where nothing is carried)."""
-    if not spec.carried:
-        return _leaf_values(spec, classified), None
-    values = classified.values
-    dynamic = spec.dynamic_names
-    if all(type(values[n]) in _PYTHON_NUMBERS for n in dynamic) and all(
-        type(h) in _PYTHON_NUMBERS for h in hosts.values()
-    ):
-        # The common case (wrap, replace with Python numbers; children kept as
-        # they are): one dispatch.
-        converted, exact = _leaves.make_exact(
-            [values[n] for n in dynamic],
-            [hosts[e] for e in spec.carried],
-            spec.carried_dtypes,
-            spec.fingerprint_of,
-        )
-        by_name = dict(zip(dynamic, converted))
-        return tuple(by_name[n] if n in by_name else values[n] for n in spec.leaf_names), exact
-    leaves = _leaf_values(spec, classified)
-    return leaves, _carried_values(spec, hosts, leaves)
-
-
-_PYTHON_NUMBERS = (int, float, complex)

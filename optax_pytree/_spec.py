@@ -25,7 +25,8 @@ from . import _checks, _expr, _leaves, _static
 from ._bind import FactoryInfo
 from ._caches import cache
 from ._caches import clear_caches as clear_caches  # the name benchmarks/versus.py looks up
-from ._classify import Classified, Options, Template, factory_key
+from ._children import Template
+from ._classify import Classified, Options, factory_key
 from ._leaves import is_tracer, value_as_given, value_as_static
 from ._vocabulary import Kind, Level, Mode, Role
 
@@ -43,6 +44,7 @@ class Analysis:
 
     __slots__ = (
         "carried",
+        "checker",
         "exponents",
         "guards",
         "kind",
@@ -80,6 +82,14 @@ class Analysis:
         # optax's program specializes a power by 2.0, 3.0, 0.5 or -1.0, a
         # leaf's cannot, so those values are not this analysis' (see ``matches``).
         self.exponents: tuple[str, ...] = ()
+        self.checker: _checks.Checker | None = None  # the guards compiled, once asked
+
+    def check(self, env: Mapping[str, Any]) -> list[tuple[_expr.Key, bool, Any]]:
+        """The guards whose outcome for ``env`` is not the recorded one (see ``_checks``)."""
+        checker = self.checker
+        if checker is None:
+            checker = self.checker = _checks.checker(self.guards)
+        return checker.mismatches(env)
 
     def matches(self, values: Mapping[str, Any]) -> bool | None:
         """Whether these values take this analysis' branches (None: cannot tell, traced).
@@ -87,6 +97,8 @@ class Analysis:
         Python values are compared as the factory compared them; a batch of
         concrete values (a population) matches if every member does.
         """
+        if not self.static_names and not self.exponents and not self.guards:
+            return True  # the common case: nothing of the values decides
         if tuple(_static.freeze(value_as_static(values[n])) for n in self.static_names) != self.static_key:
             return False
         for n in self.exponents:
@@ -101,7 +113,7 @@ class Analysis:
             if any(is_tracer(v) for v in batch.values()):
                 return None
             env = {n: np.asarray(v) for n, v in batch.items()}
-        return not _checks.mismatches(self.guards, env)
+        return not self.check(env)
 
 
 class Spec:
@@ -131,6 +143,7 @@ class Spec:
         "carried_dtypes",
         "carried_index",
         "carried_names",
+        "child_names",
         "config_key",
         "detected",
         "dynamic_names",
@@ -198,6 +211,7 @@ class Spec:
         # For a wrap from Python numbers (one dispatch, _leaves.make_exact):
         # the numeric leaves, and which of them the fingerprint covers.
         self.dynamic_names = tuple(n for n, r in roles.items() if r == Role.DYNAMIC)
+        self.child_names = tuple(n for n, r in roles.items() if r == Role.CHILD)
         self.fingerprint_of = tuple(self.dynamic_names.index(n) for n in self.carried_names)
         self.keys = tuple(jax.tree_util.GetAttrKey(n) for n in self.leaf_names)  # flattening with paths
         parts = []
@@ -256,6 +270,26 @@ def remember(key: Any, analysis: Analysis) -> None:
     with _ANALYSES.lock:
         found.append(analysis)
         del found[:-_MAX_BRANCHES]
+
+
+# The configurations whose first analysis nothing of the values decides (no
+# guards, no static candidates, no exponents): every value matches it, so
+# ``_find_analysis`` would return it; their spec is found at once.
+_PLANNED = cache("analysis key -> its spec, where nothing of the values decides the analysis", 4096)
+
+
+def planned(key: Any) -> Spec | None:
+    return _PLANNED.get(key)
+
+
+def plan(key: Any, spec: Spec) -> None:
+    """Remembers ``spec`` for ``key`` if its analysis is the first of the key's and decides nothing."""
+    analysis = spec.analysis
+    if analysis.static_names or analysis.exponents or analysis.guards:
+        return
+    found = _ANALYSES.get(key)
+    if found and found[0] is analysis and _DEGRADED.get(key) is None:
+        _PLANNED.set(key, spec)
 
 
 def new_spec(info: FactoryInfo, classified: Classified, analysis: Analysis) -> Spec:

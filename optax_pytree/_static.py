@@ -127,8 +127,14 @@ class _EmptyCell:
 _EMPTY_CELL = _EmptyCell()
 
 
+_NONE = (type(None), None)  # what ``freeze(None)`` gives
+
+
 def _function_key(f: types.FunctionType, seen: tuple[int, ...]) -> Any:
     """A function by its code, module, defaults, attributes and closure cells (see the module)."""
+    if f.__closure__ is None and f.__defaults__ is None and f.__kwdefaults__ is None and not f.__dict__:
+        # A lambda of the builder's own (a mask, a label function): by its code and module.
+        return ("function", f.__code__, ByIdentity(f.__globals__), _NONE, _NONE, None, ())
     seen = (*seen, id(f))
     cells = []
     for name, cell in zip(f.__code__.co_freevars, f.__closure__ or ()):

@@ -30,6 +30,7 @@ HEAVY = (
     "optax_pytree._pipeline",
     "optax_pytree._detect",
     "optax_pytree._verify",
+    "optax_pytree._disk",
 )
 
 

@@ -1,0 +1,117 @@
+"""What a wrapped object carries besides its leaves: the host values of its expressions.
+
+Step 4 of the pipeline, after the analysis: the host values of the
+expressions optax computes in Python (``1 - b2``; Python's precision and
+integers, see ``_guard.Guarded.exact``), kept from the replaced object where
+its arguments did not change, then the object's leaves and ``exact`` child,
+or (from Python numbers, the common case) the pending ones made at first use
+(``_leaves.Pending``).
+"""
+
+from __future__ import annotations
+
+# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
+from typing import Any
+
+import jax
+import numpy as np
+
+from . import _build, _expr, _leaves, _spec
+from ._classify import Classified
+from ._vocabulary import Role
+
+
+def host_values(spec: _spec.Spec, base: dict[str, Any], kept: Any = None) -> dict[Any, Any]:
+    """Expression -> its host value for the values given (Python's precision and integers).
+
+    With traced values (a ``replace`` inside ``jit``), traced: the float32
+    fallback. ``kept`` (see :func:`make`): an expression of unchanged
+    arguments keeps the host value the replaced object carried, if that
+    object is not stale.
+    """
+    previous = _kept_values(kept, spec)
+    if all(type(base[n]) in PYTHON_NUMBERS for n in spec.carried_names):  # Python's arithmetic: no warnings
+        return {e: previous[e] if e in previous else _expr.evaluate(e, base) for e in spec.carried}
+    env = {n: _host(base[n]) for n in spec.tracked}
+    with np.errstate(all="ignore"):
+        return {e: previous[e] if e in previous else _expr.evaluate(e, env) for e in spec.carried}
+
+
+def _carried_values(spec: _spec.Spec, hosts: dict[Any, Any], leaves: tuple[Any, ...]) -> Any:
+    """The object's ``exact`` child (a scalar leaf per expression, then the fingerprint), in general."""
+    of = [leaves[spec.leaf_index[n]] for n in spec.carried_names]
+    return _leaves.exact_child([hosts[e] for e in spec.carried], of, spec.carried_dtypes)
+
+
+def _host(x: Any) -> Any:
+    """A concrete array as NumPy (a batch of values): evaluated on the host, not by XLA."""
+    return np.asarray(x) if isinstance(x, jax.Array) and not _leaves.is_tracer(x) else x
+
+
+def _kept_values(kept: Any, spec: _spec.Spec) -> dict[Any, Any]:
+    """Expression -> the carried host value of the replaced object, for unchanged arguments.
+
+    Only from an object that is not stale (its fingerprint matches its leaves).
+    """
+    if kept is None:
+        return {}
+    core, changed = kept
+    if core.exact is None or _build.fresh(core.spec, core.leaves, core.exact) is not True:
+        return {}
+    out = {}
+    old_values = _leaves.exact_values(core.exact, core.spec.carried_dtypes)
+    for expr in core.spec.carried:
+        if expr in spec.carried_index and not _expr.names_in(expr) & changed:
+            value = np.asarray(old_values[core.spec.carried_index[expr]])
+            out[expr] = value.item() if value.ndim == 0 else value
+    return out
+
+
+def _leaf_values(spec: _spec.Spec, classified: Classified) -> tuple[Any, ...]:
+    values = classified.values
+    dynamic = [n for n, r in spec.roles.items() if r == Role.DYNAMIC]
+    converted = _leaves.to_leaves({n: values[n] for n in dynamic}) if dynamic else {}
+    return tuple(converted[n] if n in converted else values[n] for n in spec.leaf_names)
+
+
+def pending(spec: _spec.Spec, classified: Classified, hosts: dict[Any, Any]) -> _leaves.Pending | None:
+    """The pending leaves of the common case (Python numbers), else None (made now)."""
+    dynamic = spec.dynamic_names
+    if not dynamic:
+        return None
+    values = classified.values
+    numbers = [values[n] for n in dynamic]
+    for x in numbers:
+        if type(x) not in PYTHON_NUMBERS:
+            return None
+    carried = [hosts[e] for e in spec.carried] if hosts else []
+    for h in carried:
+        if type(h) not in PYTHON_NUMBERS:
+            return None
+    return _leaves.Pending(spec, numbers, carried, {n: values[n] for n in spec.child_names})
+
+
+def leaves_and_exact(spec: _spec.Spec, classified: Classified, hosts: dict[Any, Any]) -> tuple[Any, Any]:
+    """The object's leaves and its ``exact`` child (None where nothing is carried)."""
+    if not spec.carried:
+        return _leaf_values(spec, classified), None
+    values = classified.values
+    dynamic = spec.dynamic_names
+    if all(type(values[n]) in PYTHON_NUMBERS for n in dynamic) and all(
+        type(h) in PYTHON_NUMBERS for h in hosts.values()
+    ):
+        # The common case (wrap, replace with Python numbers; children kept as
+        # they are): one dispatch.
+        converted, exact = _leaves.make_exact(
+            [values[n] for n in dynamic],
+            [hosts[e] for e in spec.carried],
+            spec.carried_dtypes,
+            spec.fingerprint_of,
+        )
+        by_name = dict(zip(dynamic, converted))
+        return tuple(by_name[n] if n in by_name else values[n] for n in spec.leaf_names), exact
+    leaves = _leaf_values(spec, classified)
+    return leaves, _carried_values(spec, hosts, leaves)
+
+
+PYTHON_NUMBERS = (int, float, complex)
