@@ -297,7 +297,7 @@ def digest(classified: Classified) -> str | None:
             # An installed package (or this one) holding the program's functions is patched.
             if (kind == "installed" or top == "optax_pytree") and _patched(top, frozenset(program)):
                 return None
-            form.add(("files", top, _files(top)))
+            form.out.write(f"files:{top}:{_files(top)!r};")  # module names and integers
         _environment(form)
     except _Unstable:
         return None

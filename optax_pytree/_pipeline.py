@@ -303,7 +303,8 @@ def _find_analysis(
         if previous.analysis.matches(values) is not False:
             return previous.analysis
     # Analysed by an earlier process, with the same code (``_disk``).
-    name = None if kind is None or _traced(classified) else _disk.digest(classified)
+    probed = bool(classified.candidates) and kind is not None and not _traced(classified)
+    name = _disk.digest(classified) if probed else None
     if name is not None:
         for analysis in _disk.load(name):
             if analysis.matches(values):
