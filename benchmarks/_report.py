@@ -130,16 +130,20 @@ def stateful_parts(rows: list[tuple[str, dict[str, Any]]]) -> list[str | list[st
     """The paragraph and table of (e) carried through ``jax.jit`` (sections 3 and 6), for ``section``."""
     return [
         "(e) with its state carried through `jax.jit` (`params, opt = step(opt, params, grads)`), "
-        "against the same loop carrying `(tuple of hyperparameter arrays, optax state)`:",
+        "against the same loop carrying `(tuple of hyperparameter arrays, optax state)`, and that "
+        "loop carrying one more array (the size of the object's carried exact values: what the "
+        "exactness costs at dispatch, the floor of the ratio):",
         table(
-            "parameters | step (us) | plain (us) | step ratio | flatten (us) | flatten ratio | "
-            "unflatten (us) | unflatten ratio",
+            "parameters | step (us) | plain (us) | step ratio | plain + 1 array (us) | ratio to it | "
+            "flatten (us) | flatten ratio | unflatten (us) | unflatten ratio",
             [
                 [
                     name,
                     us(st["step_s"]),
                     us(st["step_plain_s"]),
                     fmt(st["step_ratio"]),
+                    us(st["step_extra_s"]) if "step_extra_s" in st else "",
+                    fmt(st["step_ratio_extra"]) if "step_ratio_extra" in st else "",
                     us(st["flatten_s"], 2),
                     fmt(st["flatten_ratio"], 2),
                     us(st["unflatten_s"], 2),

@@ -58,7 +58,9 @@ def run(s: Settings, log: Log) -> dict[str, Any]:
         }
         log(f"  dispatch under {jit_name}: ratio {fmt(out[jit_name]['ratio'])}")
     out["stateful"] = stateful_carried(params, grads, s)
-    log(f"  (e) carried through jax.jit: ratio {fmt(out['stateful']['step_ratio'])}")
+    st = out["stateful"]
+    extra = fmt(st["step_ratio_extra"])
+    log(f"  (e) carried through jax.jit: ratio {fmt(st['step_ratio'])}, to plain + 1 array {extra}")
     out["flatten"] = [_flatten_rows("wrapped adam", tx, s), _flatten_rows("wrapped chain of 3", chain3(), s)]
     for row in out["flatten"]:
         log(

@@ -169,11 +169,17 @@ tiny step that several sections share.
 
 from __future__ import annotations
 
+import os
+
+# Every section measures a process that analyses each configuration itself:
+# the analyses kept on disk by earlier runs are not read (section 9 measures
+# them apart, in a folder of its own).
+os.environ["OPTAX_PYTREE_ANALYSIS_CACHE"] = "0"
+
 import argparse
 import dataclasses
 import datetime
 import json
-import os
 import platform
 import sys
 import time
