@@ -268,15 +268,14 @@ def _environment(form: _Form) -> None:
     import jaxlib
 
     config = jax.config
+    settings = ("jax_enable_x64", "jax_default_matmul_precision", "jax_numpy_dtype_promotion")
     form.add(
         (
             sys.version,
             jax.__version__,
             getattr(jaxlib, "__version__", ""),
             np.__version__,
-            bool(config.jax_enable_x64),  # pyright: ignore[reportAttributeAccessIssue]
-            str(config.jax_default_matmul_precision),  # pyright: ignore[reportAttributeAccessIssue]
-            str(config.jax_numpy_dtype_promotion),  # pyright: ignore[reportAttributeAccessIssue]
+            *(str(getattr(config, name, None)) for name in settings),
         )
     )
 
@@ -329,21 +328,45 @@ class _Unpickler(pickle.Unpickler):
         allowed = _ALLOWED.get(module)
         if allowed is not None and name in allowed:
             return super().find_class(module, name)
-        if name == "ShapeDtypeStruct" and module.partition(".")[0] == "jax":
-            return jax.ShapeDtypeStruct
-        if module.partition(".")[0] == "numpy" and name in ("dtype", "scalar", "_reconstruct", "ndarray"):
-            return super().find_class(module, name)
+        if module.partition(".")[0] == "numpy":
+            found = super().find_class(module, name)
+            # dtypes and NumPy scalars (a static value's key), and how NumPy rebuilds them
+            if found is np.dtype or (isinstance(found, type) and issubclass(found, (np.generic, np.dtype))):
+                return found
+            if name in ("scalar", "_reconstruct") and module.endswith("multiarray"):
+                return found
         raise pickle.UnpicklingError(f"{module}.{name} is not part of an analysis")
 
 
+_STAND_IN = "ShapeDtypeStruct"
+
+
+def _is_stand_in(x: Any) -> bool:
+    return type(x) is tuple and len(x) == 3 and x[0] == _STAND_IN
+
+
 def _record(analysis: Analysis) -> dict[str, Any]:
-    return {name: getattr(analysis, name) for name in _FIELDS}
+    record = {name: getattr(analysis, name) for name in _FIELDS}
+    # The stand-in parameters as (marker, shape, dtype): a jax.ShapeDtypeStruct
+    # pickles differently from one JAX to another.
+    record["params"] = jax.tree_util.tree_map(
+        lambda x: (
+            (_STAND_IN, tuple(x.shape), np.dtype(x.dtype).str) if isinstance(x, jax.ShapeDtypeStruct) else x
+        ),
+        record["params"],
+    )
+    return record
 
 
 def _analysis(record: dict[str, Any]) -> Analysis:
     found = Analysis.__new__(Analysis)
     for name in _FIELDS:
         setattr(found, name, record[name])
+    found.params = jax.tree_util.tree_map(
+        lambda x: jax.ShapeDtypeStruct(x[1], np.dtype(x[2])) if _is_stand_in(x) else x,
+        record["params"],
+        is_leaf=_is_stand_in,
+    )
     found.checker = None
     return found
 
