@@ -18,12 +18,13 @@ The digest covers:
   A part with no stable form (an object compared by identity, a function of
   a notebook's cell, a custom pytree node) means no disk entry: the
   configuration is analysed in each process, as without this cache;
-- the code: the versions of Python, JAX, jaxlib and NumPy, JAX's numeric
-  settings, and the size and modification time of every loaded module file of
-  the other packages involved (optax, optax_pytree, the factory's package)
-  and of every module of the program's own (not installed: its scripts, its
-  project), so that an edit of a helper anywhere in the program's code is
-  another digest.
+- the code: the versions of Python, JAX, jaxlib, NumPy (and of the other
+  packages named in ``_BY_VERSION``, where loaded), JAX's numeric settings,
+  and the size and modification time of every loaded module file of the
+  other packages involved (optax, optax_pytree, the factory's package) and
+  of every module of the program's own (not installed: its scripts, its
+  project, a namespace package's modules), so that an edit of a helper
+  anywhere in the program's code is another digest.
 
 A package whose loaded modules hold a function of the program's own (a
 monkeypatch of optax's internals, a test's planted fault) is not read from
@@ -101,12 +102,15 @@ def _kind_of(name: str) -> str:
     top = name.partition(".")[0]
     if top in _BY_VERSION or top in _STDLIB:
         return "version"
-    module = sys.modules.get(top) or sys.modules.get(name)
-    path = getattr(module, "__file__", None)
-    if not isinstance(path, str):
-        if top == "__main__" or module is None:
-            raise _Unstable(f"module {name} has no file")
-        return "version"  # a namespace or built-in module without a file of its own
+    members = _groups().get(top, [])
+    if not members:
+        raise _Unstable(f"module {name} is not loaded")
+    # The first file of the package: its top module's, or a submodule's (a namespace package).
+    path = next((p for _, m in members if isinstance(p := getattr(m, "__file__", None), str)), None)
+    if path is None:
+        if top == "__main__":
+            raise _Unstable("__main__ has no file (a notebook, a REPL)")
+        return "version"  # a built-in module
     return "installed" if _is_installed(path) else "program"
 
 
@@ -265,19 +269,10 @@ class _Form:
 
 def _environment(form: _Form) -> None:
     """The versions and settings that decide what JAX computes, and the code's files."""
-    import jaxlib
-
     config = jax.config
     settings = ("jax_enable_x64", "jax_default_matmul_precision", "jax_numpy_dtype_promotion")
-    form.add(
-        (
-            sys.version,
-            jax.__version__,
-            getattr(jaxlib, "__version__", ""),
-            np.__version__,
-            *(str(getattr(config, name, None)) for name in settings),
-        )
-    )
+    versions = [str(getattr(sys.modules.get(top), "__version__", None)) for top in sorted(_BY_VERSION)]
+    form.add((sys.version, *versions, *(str(getattr(config, name, None)) for name in settings)))
 
 
 def digest(classified: Classified) -> str | None:

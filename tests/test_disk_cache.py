@@ -124,12 +124,15 @@ def test_a_second_process_reads_the_analyses_and_computes_the_same(tmp_path: Pat
     assert second["schedule"] == first["schedule"]
 
 
-def test_an_edit_of_the_program_is_analysed_again(tmp_path: Path) -> None:
-    # The factory's decision is in a helper of another module of the program.
-    helper = tmp_path / "helper.py"
+@pytest.mark.parametrize("where", ["helper", "namespace.helper"], ids=["module", "namespace-package"])
+def test_an_edit_of_the_program_is_analysed_again(tmp_path: Path, where: str) -> None:
+    # The factory's decision is in a helper of another module of the program
+    # (in a namespace package: a package without an __init__.py, no file of its own).
+    helper = tmp_path.joinpath(*where.split(".")).with_suffix(".py")
+    helper.parent.mkdir(exist_ok=True)
     helper.write_text("def scale(k):\n    return 2.0\n")
-    script = """
-    import helper
+    script = f"""
+    import {where} as helper
 
     def scaled_sgd(learning_rate, k=1.0):
         return optax.sgd(learning_rate * helper.scale(k))
