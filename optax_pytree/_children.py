@@ -137,9 +137,9 @@ def structure_of(value: Any) -> Any:
     return (treedef, tuple(structure(x) if is_wrapped(x) else None for x in leaves))
 
 
-def flat_container(value: Any) -> tuple[Template, Any, Any] | None:
+def flat_container(value: Any) -> tuple[Template, Any] | None:
     """A tuple, list or dict of wrapped values only (``chain``'s, ``partition``'s): its
-    template (interned per shape), its treedef and its items; else None.
+    template (interned per shape) and its structure (its treedef, its items'); else None.
 
     What ``Template.split`` and ``structure_of`` give it, without walking it:
     the template and treedef are one per shape (the keys, the length).
@@ -163,7 +163,7 @@ def flat_container(value: Any) -> tuple[Template, Any, Any] | None:
         template, child = Template.split(value)
         found = (template, jax.tree_util.tree_structure(child, is_leaf=is_wrapped))
         _FLAT.setdefault(shape, found)
-    return found[0], found[1], items
+    return found[0], (found[1], tuple([structure(x) for x in items]))
 
 
 # The templates and treedefs of containers of wrapped values only, per shape.

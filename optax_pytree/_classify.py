@@ -262,7 +262,6 @@ class Classified:
         "forced",
         "key",
         "options",
-        "python",
         "python_numbers",
         "roles",
         "templates",
@@ -282,10 +281,14 @@ class Classified:
         # comparing it (its Python type, whether it is the default object):
         # the analyses are cached, and verified, per analysis key.
         self.analysis_key: Any = ()
-        self.python = True  # the values are the factory's arguments as they are (no child, no leaf)
         self.python_numbers = True  # every candidate a Python number, nothing forced dynamic (no tracer)
         self.children: list[str] = []  # the arguments whose role is CHILD
         self.options: Options = NO_OPTIONS
+
+    @property
+    def python(self) -> bool:
+        """The values are the factory's arguments as they are (Python numbers, static values; no child)."""
+        return self.python_numbers and not self.children
 
 
 # Set by ``_tree`` (which can make wrapped objects; this module is below it):
@@ -348,16 +351,13 @@ def _classify_common(info: FactoryInfo, arguments: dict[str, Any]) -> Classified
             key_parts.append((name, Role.STATIC, _static.freeze(value)))
             roles[name] = Role.STATIC
         elif (flat := flat_container(value)) is not None:  # chain's, partition's
-            out.templates[name] = flat[0]
-            key_parts.append(
-                (name, Role.CHILD, flat[0].key, (flat[1], tuple([structure(x) for x in flat[2]])))
-            )
+            out.templates[name], shape = flat
+            key_parts.append((name, Role.CHILD, flat[0].key, shape))
             roles[name] = Role.CHILD
             children.append(name)
         else:
             return None
         values[name] = value
-    out.python = not children
     out.key = _static.Key((factory_key(info), tuple(key_parts), NO_OPTIONS.key()))
     out.analysis_key = _static.Key((out.key, tuple(given)))
     return out
@@ -375,7 +375,6 @@ def _classify(info: FactoryInfo, arguments: dict[str, Any], options: Options) ->
     key_parts: list[Any] = []
     given: list[Any] = []  # what a factory may decide about a candidate besides comparing it
     defaults = info.defaults
-    python = True  # every value a Python number or static: the factory takes them as they are
     for name, value in arguments.items():
         check_value(info, name, value)
         if name in options.static:
@@ -388,24 +387,16 @@ def _classify(info: FactoryInfo, arguments: dict[str, Any], options: Options) ->
                     f"optax_pytree.dynamic) but its value {value!r} "
                     "is not numeric (an int, float, complex or numeric array, or a pytree of them)"
                 )
-            python = False
             out.python_numbers = False
             role = Role.DYNAMIC
             out.forced.append(name)
             key_parts.append((name, "forced dynamic", _leaves.aval_key(value)))
         elif is_wrapped(value):
-            python = False
             role = Role.CHILD
             key_parts.append((name, role, structure(value)))
-        elif (flat := flat_container(value)) is not None:  # chain's, partition's: wrapped items only
-            python = False
-            role = Role.CHILD
-            out.templates[name] = flat[0]
-            key_parts.append((name, role, flat[0].key, (flat[1], tuple([structure(x) for x in flat[2]]))))
         elif isinstance(value, (tuple, list, dict)) and contains_wrapped(
             value := _with_closure_children(value, options)
         ):
-            python = False
             role = Role.CHILD
             out.templates[name], value = Template.split(value)
             key_parts.append((name, role, out.templates[name].key, structure_of(value)))
@@ -421,14 +412,12 @@ def _classify(info: FactoryInfo, arguments: dict[str, Any], options: Options) ->
             # vmap) takes the branches of its members (checked elementwise).
             key_parts.append((name, role, _leaves.kind_key(value)))
             given.append((_leaves.given_type(value), value is defaults.get(name, _NO_DEFAULT)))
-            python = python and type(value) in (int, float, complex)
             out.python_numbers = out.python_numbers and type(value) in (int, float, complex)
         else:
             child = None
             if closure_child is not None and options.dynamic_only is None and callable(value):
                 child = closure_child(value)
             if child is not None:  # a schedule written as a closure: its numbers are leaves (_closures)
-                python = False
                 role = Role.CHILD
                 value = child
                 key_parts.append((name, role, structure(value)))
@@ -441,5 +430,4 @@ def _classify(info: FactoryInfo, arguments: dict[str, Any], options: Options) ->
             out.children.append(name)
     out.key = _static.Key((factory_key(info), tuple(key_parts), options.key()))
     out.analysis_key = _static.Key((out.key, tuple(given)))
-    out.python = python
     return out

@@ -84,6 +84,12 @@ class Analysis:
         self.exponents: tuple[str, ...] = ()
         self.checker: _checks.Checker | None = None  # the guards compiled, once asked
 
+    @property
+    def decides(self) -> bool:
+        """Whether anything of the values decides between this analysis and another (else every
+        value matches it): static candidates, specialized exponents, guards."""
+        return bool(self.static_names or self.exponents or self.guards)
+
     def check(self, env: Mapping[str, Any]) -> list[tuple[_expr.Key, bool, Any]]:
         """The guards whose outcome for ``env`` is not the recorded one (see ``_checks``)."""
         checker = self.checker
@@ -97,8 +103,8 @@ class Analysis:
         Python values are compared as the factory compared them; a batch of
         concrete values (a population) matches if every member does.
         """
-        if not self.static_names and not self.exponents and not self.guards:
-            return True  # the common case: nothing of the values decides
+        if not self.decides:
+            return True  # the common case
         if tuple(_static.freeze(value_as_static(values[n])) for n in self.static_names) != self.static_key:
             return False
         for n in self.exponents:
@@ -285,7 +291,7 @@ def planned(key: Any) -> Spec | None:
 def plan(key: Any, spec: Spec) -> None:
     """Remembers ``spec`` for ``key`` if its analysis is the first of the key's and decides nothing."""
     analysis = spec.analysis
-    if analysis.static_names or analysis.exponents or analysis.guards:
+    if analysis.decides:
         return
     found = _ANALYSES.get(key)
     if found and found[0] is analysis and _DEGRADED.get(key) is None:
