@@ -2,10 +2,7 @@
 
 import importlib.metadata
 
-from . import (
-    _closures,  # noqa: F401 - installs the hook for closures given as arguments (see the module)
-    _flax_serialization,  # noqa: F401 - installs the hook for flax (see the module)
-)
+from . import _flax_serialization  # noqa: F401 - installs the hook for flax (see the module)
 from ._checkpoint import checkpoint_signature as checkpoint_signature
 from ._checkpoint import restore_checkpoint as restore_checkpoint
 from ._checkpoint import save_checkpoint as save_checkpoint

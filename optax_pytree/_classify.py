@@ -5,8 +5,10 @@
   *candidate* for detection: the probe may find that the factory needs it as
   a concrete Python value (static) or that it only compares it (guarded).
 - **child**: a wrapped value, or a tuple/list/dict holding wrapped values.
-- **static**: everything else (bool, None, str, dtypes, callables, masks),
-  compared by value.
+- **static**: everything else (bool, None, str, dtypes, masks, callables
+  that do not become children), compared by value.
+- a callable that runs as a schedule with the numbers it captures (held, or
+  read through a captured config) becomes a **child** (``_closures``).
 
 The user overrides the rules per argument, by name (``static_argnames``,
 ``dynamic_argnames``, ``dynamic_only``) or at the call site by marking the
@@ -25,7 +27,7 @@ from typing import Any, TypeVar
 
 import jax
 
-from . import _leaves, _static
+from . import _closures, _leaves, _static
 from ._annotations import Renderer
 from ._bind import FactoryInfo, Wrapped, is_wrapped
 from ._children import SLOT as SLOT  # pickles of templates written before name it here
@@ -163,24 +165,34 @@ def make_options(
     return Options(static, dynamic, only)
 
 
-def _with_closure_children(value: Any, options: Options) -> Any:
-    """A container with the functions in it that become children (``_closures``) made so."""
-    if closure_child is None or options.dynamic_only is not None:
+# Makes the wrapped child of a callable given as an argument from its recipe and captured values
+# (``_closures``), or None where the mechanism does not honour it: the pipeline's, handed down.
+MakeChild = Callable[[Any, dict[str, Any]], Any]
+
+
+def _closure_child(value: Any, make_child: MakeChild | None) -> Any:
+    """The child a callable given as an argument becomes (``_closures``), or None."""
+    if make_child is None or not callable(value) or is_wrapped(value):
+        return None
+    return _closures.child(value, make_child, _static.freeze)
+
+
+def _with_closure_children(value: Any, make_child: MakeChild | None) -> Any:
+    """A container with the callables in it that become children (``_closures``) made so."""
+    if make_child is None:
         return value
     if isinstance(value, dict):
-        items = {k: _with_closure_children(v, options) for k, v in value.items()}
+        items = {k: _with_closure_children(v, make_child) for k, v in value.items()}
         return items if any(items[k] is not v for k, v in value.items()) else value
     if isinstance(value, (tuple, list)):
-        items = [_with_closure_children(v, options) for v in value]
+        items = [_with_closure_children(v, make_child) for v in value]
         if all(a is b for a, b in zip(items, value)):
             return value
         if isinstance(value, list):
             return items
         return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
-    if callable(value) and not is_wrapped(value):
-        child = closure_child(value)
-        return value if child is None else child
-    return value
+    child = _closure_child(value, make_child)
+    return value if child is None else child
 
 
 def is_numeric_tree(x: Any) -> bool:
@@ -291,16 +303,6 @@ class Classified:
         return self.python_numbers and not self.children
 
 
-# Set by ``_tree`` (which can make wrapped objects; this module is below it):
-# the child a function given as an argument becomes, or None (see ``_closures``).
-closure_child: Callable[[Any], Any] | None = None
-
-
-def set_closure_hook(hook: Callable[[Any], Any] | None) -> None:
-    global closure_child
-    closure_child = hook
-
-
 def factory_key(info: FactoryInfo) -> Any:
     """The factory as configurations key it: by what makes it (a builder's fresh closure is the same)."""
     key = info.key
@@ -309,13 +311,21 @@ def factory_key(info: FactoryInfo) -> Any:
     return key
 
 
-def classify(info: FactoryInfo, arguments: dict[str, Any], options: Options) -> Classified:
-    """The role of each argument, and the keys of the configuration (see :class:`Classified`)."""
+def classify(
+    info: FactoryInfo, arguments: dict[str, Any], options: Options, make_child: MakeChild | None
+) -> Classified:
+    """The role of each argument, and the keys of the configuration (see :class:`Classified`).
+
+    ``make_child``: how a callable argument becomes a child (``_closures``); None where
+    none may (the mechanism's own calls, ``dynamic_only``).
+    """
     if options is NO_OPTIONS:
         out = _classify_common(info, arguments)
         if out is not None:
             return out
-    return _classify(info, arguments, options)
+    if options.dynamic_only is not None:
+        make_child = None
+    return _classify(info, arguments, options, make_child)
 
 
 def _classify_common(info: FactoryInfo, arguments: dict[str, Any]) -> Classified | None:
@@ -363,7 +373,9 @@ def _classify_common(info: FactoryInfo, arguments: dict[str, Any]) -> Classified
     return out
 
 
-def _classify(info: FactoryInfo, arguments: dict[str, Any], options: Options) -> Classified:
+def _classify(
+    info: FactoryInfo, arguments: dict[str, Any], options: Options, make_child: MakeChild | None
+) -> Classified:
     out = Classified()
     marked_static, marked_dynamic = [], []
     for name, value in arguments.items():
@@ -395,7 +407,7 @@ def _classify(info: FactoryInfo, arguments: dict[str, Any], options: Options) ->
             role = Role.CHILD
             key_parts.append((name, role, structure(value)))
         elif isinstance(value, (tuple, list, dict)) and contains_wrapped(
-            value := _with_closure_children(value, options)
+            value := _with_closure_children(value, make_child)
         ):
             role = Role.CHILD
             out.templates[name], value = Template.split(value)
@@ -414,9 +426,7 @@ def _classify(info: FactoryInfo, arguments: dict[str, Any], options: Options) ->
             given.append((_leaves.given_type(value), value is defaults.get(name, _NO_DEFAULT)))
             out.python_numbers = out.python_numbers and type(value) in (int, float, complex)
         else:
-            child = None
-            if closure_child is not None and options.dynamic_only is None and callable(value):
-                child = closure_child(value)
+            child = _closure_child(value, make_child)
             if child is not None:  # a schedule written as a closure: its numbers are leaves (_closures)
                 role = Role.CHILD
                 value = child

@@ -1,35 +1,54 @@
-"""A schedule written as a closure: its captured numbers are leaves too.
+"""Captured values: what a function holds, what its code reads of it, and how it is rebuilt.
 
-Programs write schedules of their own, closed over the rate they sweep::
+Programs write their schedules as closures over the numbers they sweep, most
+often read through the program's configuration object::
 
-    def create_learning_rate_schedule(base_learning_rate, warmup_steps):
-        def step_fn(step):
-            return base_learning_rate * jnp.minimum(1.0, step / warmup_steps)
-        return step_fn
+    def create_learning_rate_fn(config):
+        def schedule(step):
+            warmup = jnp.minimum(1.0, step / config.warmup_steps)
+            return config.optim.lr * warmup
+        return schedule
 
-    tx = optax.adamw(create_learning_rate_schedule(lr, 1000))
+    tx = optax.adamw(create_learning_rate_fn(config))
 
-(flax's examples, MaxText, AlgoPerf's ``scale_by_schedule(lambda count:
--schedule(count))``). Compared by value (``_static``), ``step_fn`` is a new
-static value for every rate: one compilation per rate. Here a function given
-as an argument whose closure cells hold numbers or wrapped objects is a child
-of the object instead, made by :class:`ClosureFactory` (the code, its module,
-its defaults) from its cells, whose names are its parameters: the numbers are
-leaves (probed, guarded and verified like any factory's arguments; a number
-the function needs as a Python value is static), the wrapped objects children.
-This is equinox's ``closure_to_pytree``, done by the one mechanism.
+(flax's examples, scenic's ``lr_fn`` over ``config.lr_configs``, cleanrl's
+``linear_schedule`` over ``args``, Mava's over an OmegaConf ``DictConfig``,
+``functools.partial(learning_rate_decay, lr_init=..., lr_final=...)``,
+``self.lr`` in a trainer's method). A function compared by value is a new
+static value for every rate: one compilation per rate. Here such a function
+given as an argument becomes a child of the object: its captured numbers are
+leaves (probed, guarded and verified like any factory's arguments; one the
+function needs as a Python value is static), whether held directly in a
+cell, given to a ``functools.partial``, held as a NumPy or JAX array, or read
+through a captured object along attribute and item look-ups. This is
+equinox's ``closure_to_pytree``, done by the one mechanism.
 
-Only where it is safe and useful:
+This module is the one home of captured values:
 
-- a plain function (not a builtin, a method or a partial) whose cells are all
-  assigned and never written (no ``nonlocal`` assignment in it or in a
-  function it defines: a rebuilt closure has fresh cells);
-- with at least one cell holding a Python number or a wrapped object;
-- that runs as a schedule (a callable of the step count) with its numbers:
-  the probe runs it so; a mask, a label function or a skip function that
-  closes over a number stays static, compared by value. A closure over
-  wrapped objects alone is always a child: its rebuild calls the same
-  schedules.
+- **reading code** (:func:`paths_read`): the paths a function's code reads
+  of a variable (``config.optim.lr``, ``config["lr"]``, ``self.helper()``),
+  read off its bytecode. Any other use of the variable (passed to a call,
+  returned, stored, an instruction this reader does not know, on any
+  Python version) gives ``None``: the whole object counts. It fails closed.
+- **reading objects** (:func:`_step`): a look-up replaced only on types whose
+  look-ups are known: plain objects and dataclasses (no ``__getattr__``),
+  ``argparse.Namespace``, ``types.SimpleNamespace``, named tuples, dicts,
+  lists and tuples, ml_collections' ``ConfigDict`` and ``FrozenConfigDict``
+  (``FieldReference`` resolved) and OmegaConf's ``DictConfig`` and
+  ``ListConfig`` (interpolations resolved); methods and properties of a
+  plain class through what their code reads of ``self``. Anything else
+  keeps the object whole (static, compared by ``_static``).
+- **the recipe** (:class:`ClosureFactory`): a function, bound method,
+  partial or callable object as a factory whose parameters are its captured
+  values, named by their paths (``config.optim.lr``); calling it rebuilds the
+  function, each captured object replaced by a view that answers exactly the
+  look-ups read, with the values given.
+
+Only where it is safe and useful: cells all assigned and never written
+(``nonlocal``: a rebuilt closure has fresh cells); at least one number,
+numeric array, wrapped object or convertible function among the values;
+and a function that runs as a schedule with them (a mask or a label
+function that reads a number stays static, compared by value).
 """
 
 from __future__ import annotations
@@ -38,31 +57,386 @@ from __future__ import annotations
 import dis
 import functools
 import inspect
+import sys
 import types
-import warnings
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _bind, _static
 from ._bind import is_wrapped
 from ._caches import cache
-from ._classify import NO_OPTIONS, set_closure_hook
-from ._tree import make
-from ._vocabulary import Kind, Level
+
+# --------------------------------------------------------------------------
+# Reading code: the paths a variable is read along.
+
+# A step of a path: ("attr", name), ("item", key) or ("call", name) (a method called).
+Access = tuple[str, Any]
+Path = tuple[Access, ...]
+
+# Instructions that push a local or cell variable (Python 3.10 to 3.13).
+_LOADS = frozenset({"LOAD_FAST", "LOAD_DEREF", "LOAD_FAST_CHECK", "LOAD_FAST_LOAD_FAST", "LOAD_CLOSURE"})
+# Instructions that name a variable and do nothing with its value.
+_HARMLESS = frozenset({"MAKE_CELL", "COPY_FREE_VARS"})
+_ATTRIBUTE = frozenset({"LOAD_ATTR", "LOAD_METHOD"})
+# Every instruction that names a local or free variable, on this Python.
+_NAMES_A_VARIABLE = frozenset(dis.opname[op] for op in (*dis.haslocal, *dis.hasfree))
+_MAX_DEPTH = 6
+
+
+def _names(instruction: dis.Instruction) -> tuple[Any, ...]:
+    value = instruction.argval
+    return value if isinstance(value, tuple) else (value,)
+
+
+def _is_method_load(instruction: dis.Instruction) -> bool:
+    if instruction.opname == "LOAD_METHOD":
+        return True
+    # Python 3.12+: LOAD_ATTR's low bit says it pushes a method for a call.
+    return sys.version_info >= (3, 12) and instruction.opname == "LOAD_ATTR" and bool((instruction.arg or 0) & 1)
+
+
+def _follow(instructions: list[dis.Instruction], j: int) -> Path:
+    """The look-ups applied to the value pushed just before instruction ``j``."""
+    path: list[Access] = []
+    n = len(instructions)
+    while j < n and not instructions[j].is_jump_target:
+        ins = instructions[j]
+        if ins.opname in _ATTRIBUTE:
+            if _is_method_load(ins):
+                path.append(("call", ins.argval))
+                break
+            path.append(("attr", ins.argval))
+            j += 1
+        elif (
+            ins.opname == "LOAD_CONST"
+            and type(ins.argval) in (str, int)
+            and j + 1 < n
+            and instructions[j + 1].opname == "BINARY_SUBSCR"
+            and not instructions[j + 1].is_jump_target
+        ):
+            path.append(("item", ins.argval))
+            j += 2
+        else:
+            break
+    return tuple(path)
+
+
+@functools.lru_cache(maxsize=4096)
+def paths_read(code: types.CodeType, var: str) -> frozenset[Path] | None:
+    """The paths read of ``var`` in ``code`` and the functions it defines, or None (see the module).
+
+    Every path is non-empty: the variable is only ever looked into. Fails
+    closed: an instruction that names the variable and is not a known load,
+    or a load whose value is not looked into, gives None.
+    """
+    if "__class__" in code.co_freevars:
+        return None  # zero-argument super() reads self implicitly (Python < 3.12: no instruction)
+    instructions = list(dis.get_instructions(code))
+    paths: set[Path] = set()
+    for k, ins in enumerate(instructions):
+        names = _names(ins)
+        if var not in names:
+            continue
+        op = ins.opname
+        if op in _HARMLESS:
+            continue
+        if op not in _LOADS:
+            if op in _NAMES_A_VARIABLE:
+                return None  # a store, a delete, or a load this reader does not know (LOAD_FAST_BORROW)
+            continue  # an attribute, global or constant that happens to share the name
+        if op == "LOAD_CLOSURE" or _closure_tuple(instructions, k):
+            continue  # handed to a function defined here: read below
+        if names[-1] != var or names.count(var) != 1:
+            return None  # pushed below another value: what happens to it is not followed
+        path = _follow(instructions, k + 1)
+        if not path:
+            return None
+        paths.add(path)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType) and var in const.co_freevars:
+            inner = paths_read(const, var)
+            if inner is None:
+                return None
+            paths |= inner
+    return frozenset(paths)
+
+
+def _closure_tuple(instructions: list[dis.Instruction], k: int) -> bool:
+    """Whether instruction ``k`` loads a cell into the closure of a function being made."""
+    j = k
+    while j < len(instructions) and instructions[j].opname in _LOADS:
+        j += 1
+    return (
+        j + 1 < len(instructions)
+        and instructions[j].opname == "BUILD_TUPLE"
+        and isinstance(instructions[j + 1].argval, types.CodeType)
+    )
+
+
+def values_read(code: types.CodeType, var: str, obj: Any) -> tuple[Any, list[tuple[str, Any]]] | None:
+    """What ``code`` reads of ``obj`` (held by its variable ``var``): the shape of its look-ups and
+    the values read, by path; None where that cannot be told (the whole object counts).
+
+    What ``_static`` compares an object a static function holds by.
+    """
+    plan = _plan(obj, paths_read(code, var), 0)
+    if plan is None:
+        return None
+    values = [(leaf.name, leaf.value) for leaf in _leaves_of(plan, var)]
+    return _shape(plan), values
+
+
+# --------------------------------------------------------------------------
+# Reading objects: a look-up done on a type whose look-ups are known.
+
+
+class _Fail(Exception):
+    """A look-up this module cannot replace safely: the object stays whole."""
+
+
+_MISSING = object()
+
+
+def _type_named(value: Any, *names: str) -> bool:
+    return any(f"{c.__module__}.{c.__qualname__}" in names for c in type(value).__mro__)
+
+
+_CONFIG_DICTS = (
+    "ml_collections.config_dict.config_dict.ConfigDict",
+    "omegaconf.dictconfig.DictConfig",
+)
+_CONFIG_LISTS = ("omegaconf.listconfig.ListConfig",)
+
+
+# Attribute look-ups as ``object`` does them (SimpleNamespace's is its own, and the same).
+_PLAIN_GETATTRIBUTE = (object.__getattribute__, types.SimpleNamespace.__getattribute__)
+
+
+def _plain_class(cls: type) -> bool:
+    return cls.__getattribute__ in _PLAIN_GETATTRIBUTE and not hasattr(cls, "__getattr__")
+
+
+class _Attribute(NamedTuple):
+    """What ``obj.name`` is: a value, or code of its class run on it (a method or a property)."""
+
+    kind: str  # "value", "method" or "property"
+    value: Any  # the value; the method's or getter's function
+
+
+def _attribute(obj: Any, name: str) -> _Attribute:
+    cls = type(obj)
+    if _type_named(obj, *_CONFIG_DICTS):
+        if name.startswith("_") or inspect.getattr_static(cls, name, _MISSING) is not _MISSING:
+            raise _Fail  # one of its methods or its own state
+        return _Attribute("value", getattr(obj, name))
+    if isinstance(obj, tuple) and hasattr(cls, "_fields"):
+        if name not in cls._fields:  # pyright: ignore[reportAttributeAccessIssue]
+            raise _Fail
+        return _Attribute("value", getattr(obj, name))
+    if isinstance(obj, (dict, list, tuple, type, types.ModuleType)) or not _plain_class(cls):
+        raise _Fail
+    found = inspect.getattr_static(cls, name, _MISSING)
+    own = getattr(obj, "__dict__", {})
+    if name in own and not _is_data_descriptor(found):
+        return _Attribute("value", own[name])
+    if found is _MISSING:
+        raise _Fail  # not there: plain Python raises; keep that to the object itself
+    if isinstance(found, property):
+        if found.fget is None or type(found.fget) is not types.FunctionType:
+            raise _Fail
+        return _Attribute("property", found.fget)
+    if type(found) is types.FunctionType:
+        return _Attribute("method", found)
+    if type(found).__name__ == "member_descriptor":  # __slots__
+        return _Attribute("value", getattr(obj, name))
+    if callable(found) or hasattr(type(found), "__get__"):
+        raise _Fail  # a classmethod, a staticmethod, another descriptor: what it reads is unknown
+    return _Attribute("value", found)  # a class constant
+
+
+def _is_data_descriptor(x: Any) -> bool:
+    return x is not _MISSING and hasattr(type(x), "__set__")
+
+
+def _item(obj: Any, key: Any) -> Any:
+    if type(obj) in (dict, list, tuple) or _type_named(obj, *_CONFIG_DICTS, *_CONFIG_LISTS):
+        try:
+            return obj[key]
+        except Exception:  # noqa: BLE001 - a missing key raises in the function itself, as plain
+            raise _Fail from None
+    if isinstance(obj, tuple) and hasattr(type(obj), "_fields"):
+        return obj[key]
+    raise _Fail
+
+
+# --------------------------------------------------------------------------
+# The plan of a captured object: the look-ups read, as a tree.
+
+
+class _Node:
+    """The look-ups read of one object: attributes and items, each a value or a deeper node."""
+
+    __slots__ = ("attrs", "items")
+
+    def __init__(self) -> None:
+        self.attrs: dict[str, Any] = {}  # name -> _Node | _Leaf | _Code
+        self.items: dict[Any, Any] = {}  # key -> _Node | _Leaf
+
+
+class _Leaf:
+    """A value read whole: a parameter of the factory."""
+
+    __slots__ = ("name", "value")
+
+    def __init__(self, value: Any):
+        self.value = value
+        self.name = ""
+
+
+class _Code(NamedTuple):
+    """A method or property of the object's class, run on the view."""
+
+    kind: str  # "method" or "property"
+    function: types.FunctionType
+
+
+def _plan(obj: Any, paths: frozenset[Path] | None, depth: int) -> _Node | None:
+    """The look-ups ``paths`` make of ``obj``, or None where one cannot be replaced safely."""
+    if paths is None or depth > _MAX_DEPTH:
+        return None
+    node = _Node()
+    try:
+        for path in sorted(paths, key=repr):
+            _add(node, obj, path, depth)
+    except _Fail:
+        return None
+    return node
+
+
+def _add(node: _Node, obj: Any, path: Path, depth: int) -> None:
+    (kind, key), rest = path[0], path[1:]
+    if kind == "item":
+        table, value = node.items, _item(obj, key)
+    else:
+        found = _attribute(obj, key)
+        table = node.attrs
+        if found.kind != "value":
+            if rest or (kind == "call") != (found.kind == "method"):
+                raise _Fail  # a method read as a value, or looked into
+            code = found.value.__code__
+            if code.co_argcount == 0:
+                raise _Fail
+            inner = _plan(obj, paths_read(code, code.co_varnames[0]), depth + 1)
+            if inner is None:
+                raise _Fail
+            table[key] = _Code(found.kind, found.value)
+            _merge(node, inner)
+            return
+        value = found.value
+        if kind == "call":  # a callable value held by the object: called as it is
+            rest = ()
+    held = table.get(key)
+    if not rest or isinstance(held, _Leaf):
+        table[key] = _Leaf(value)  # read whole: what is read deeper is in it
+        return
+    if held is None:
+        held = table[key] = _Node()
+    _add(held, value, rest, depth)
+
+
+def _merge(into: _Node, other: _Node) -> None:
+    for table, more in ((into.attrs, other.attrs), (into.items, other.items)):
+        for key, value in more.items():
+            held = table.get(key)
+            if isinstance(value, _Node) and isinstance(held, _Node):
+                _merge(held, value)
+            elif held is None or isinstance(value, _Leaf):
+                table[key] = value
+
+
+def _leaves_of(node: _Node, prefix: str) -> list[_Leaf]:
+    """The leaves of a plan, each named by its path (``config.optim.lr``, ``config['lr']``)."""
+    out: list[_Leaf] = []
+    for table, spell in ((node.attrs, lambda k: f".{k}"), (node.items, lambda k: f"[{k!r}]")):
+        for key, value in table.items():
+            if isinstance(value, _Leaf):
+                value.name = prefix + spell(key)
+                out.append(value)
+            elif isinstance(value, _Node):
+                out.extend(_leaves_of(value, prefix + spell(key)))
+    return out
+
+
+def _shape(node: _Node) -> Any:
+    """A plan without its values: part of the factory's key."""
+
+    def part(x: Any) -> Any:
+        if isinstance(x, _Leaf):
+            return ("leaf", x.name)
+        if isinstance(x, _Code):
+            return (x.kind, x.function)
+        return _shape(x)
+
+    return (
+        tuple((k, part(v)) for k, v in node.attrs.items()),
+        tuple((k, part(v)) for k, v in node.items.items()),
+    )
+
+
+class _View:
+    """What a rebuilt function holds in place of a captured object: the look-ups it reads, answered.
+
+    The function's code was read: it only looks into the variable (see
+    :func:`paths_read`), along the paths of the plan; methods and properties
+    of the object's class run on the view.
+    """
+
+    __slots__ = ("_optax_pytree_attrs", "_optax_pytree_items")
+
+    def __init__(self, node: _Node, values: dict[str, Any]):
+        attrs: dict[str, Any] = {}
+        for key, x in node.attrs.items():
+            if isinstance(x, _Leaf):
+                attrs[key] = values[x.name]
+            elif isinstance(x, _Code):
+                attrs[key] = x
+            else:
+                attrs[key] = _View(x, values)
+        self._optax_pytree_attrs = attrs
+        self._optax_pytree_items = {
+            k: values[x.name] if isinstance(x, _Leaf) else _View(x, values) for k, x in node.items.items()
+        }
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            found = self._optax_pytree_attrs[name]
+        except KeyError:
+            raise AttributeError(name) from None
+        if isinstance(found, _Code):
+            if found.kind == "property":
+                return found.function(self)
+            return types.MethodType(found.function, self)
+        return found
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._optax_pytree_items[key]
+
+    def __repr__(self) -> str:
+        return f"<view of {sorted(self._optax_pytree_attrs) + sorted(self._optax_pytree_items, key=repr)}>"
+
+
+# --------------------------------------------------------------------------
+# Reading cells, and the recipe of a callable.
 
 _WRITES = frozenset({"STORE_DEREF", "DELETE_DEREF"})
 
 
 @functools.lru_cache(maxsize=1024)
 def _writes_a_cell(code: types.CodeType, names: frozenset[str] | None = None) -> bool:
-    """Whether ``code``, or a function it defines, assigns one of its free variables (``nonlocal``).
-
-    ``names``: the free variables of the outermost function (its cells); a
-    variable of its own that a nested function captures is no such cell.
-    """
+    """Whether ``code``, or a function it defines, assigns one of its free variables (``nonlocal``)."""
     names = frozenset(code.co_freevars) if names is None else names
     free = names & frozenset(code.co_freevars)
     if free and any(i.opname in _WRITES and i.argval in free for i in dis.get_instructions(code)):
@@ -70,45 +444,130 @@ def _writes_a_cell(code: types.CodeType, names: frozenset[str] | None = None) ->
     return any(isinstance(c, types.CodeType) and _writes_a_cell(c, names) for c in code.co_consts)
 
 
-def _is_number(value: Any) -> bool:
-    return (type(value) is float or type(value) is int) and -(2**31) <= value < 2**31
-
-
-def _convertible(value: Any, seen: frozenset[int]) -> bool:
-    """A number, a wrapped object, or a function that may itself become a child."""
-    if is_wrapped(value) or _is_number(value):
+def is_number(value: Any) -> bool:
+    """A Python number a leaf holds (int within int32, float), a numeric NumPy or JAX array or scalar."""
+    kind = type(value)
+    if kind is float:
         return True
-    return type(value) is types.FunctionType and _cells(value, seen) is not None
+    if kind is int:
+        return -(2**31) <= value < 2**31
+    if isinstance(value, (np.ndarray, np.generic, jax.Array)) and not isinstance(value, jax.core.Tracer):
+        dtype = value.dtype
+        return bool(np.issubdtype(dtype, np.number)) and not jnp.issubdtype(dtype, jax.dtypes.prng_key)
+    return False
 
 
-def cells(fn: Any) -> dict[str, Any] | None:
-    """The captured values of ``fn`` by name, if it may become a child (see the module), else None."""
-    return _cells(fn, frozenset())
+def _useful(value: Any, seen: frozenset[int]) -> bool:
+    """A value that makes a child worth it: a number, a wrapped object, a convertible callable."""
+    if is_number(value) or is_wrapped(value):
+        return True
+    return callable(value) and capture(value, seen) is not None
 
 
-def _cells(fn: Any, seen: frozenset[int]) -> dict[str, Any] | None:
-    if type(fn) is not types.FunctionType or not fn.__closure__ or id(fn) in seen or len(seen) > 8:
+class _Held(NamedTuple):
+    """How one captured value is handed to the rebuilt function."""
+
+    name: str  # the cell's or parameter's name
+    plan: _Node | None  # None: the value itself, a parameter of that name; else a view of it
+
+
+class Capture(NamedTuple):
+    """A callable as a factory of its captured values: the recipe, and the values given."""
+
+    kind: str  # "function", "method", "partial" or "object" (a callable object's __call__)
+    function: types.FunctionType  # the code that runs
+    cells: tuple[_Held, ...]  # the function's closure, in order
+    bound: tuple[_Held, ...]  # the method's self; the partial's arguments (positional first)
+    positional: int  # how many of ``bound`` are a partial's positional arguments
+    partial_type: type | None
+    values: dict[str, Any]  # parameter name -> value
+    source: Any  # the callable given
+
+
+def _held(code: types.CodeType, name: str, value: Any, values: dict[str, Any], seen: frozenset[int]) -> _Held:
+    """A captured value as parameters: itself, or the values read through it (a view)."""
+    if is_number(value) or is_wrapped(value) or not _viewable(value):
+        values[name] = value
+        return _Held(name, None)
+    plan = _plan(value, paths_read(code, name), 0)
+    if plan is not None:
+        leaves = _leaves_of(plan, name)
+        if any(_useful(leaf.value, seen) for leaf in leaves):
+            for leaf in leaves:
+                values[leaf.name] = leaf.value
+            return _Held(name, plan)
+    values[name] = value
+    return _Held(name, None)
+
+
+def _viewable(value: Any) -> bool:
+    """Whether a value may be replaced by a view of what is read of it (an object, a container)."""
+    if value is None or isinstance(value, (str, bytes, bool, int, float, complex, type, types.ModuleType)):
+        return False
+    return not callable(value) or hasattr(value, "__dict__") and not isinstance(value, types.FunctionType)
+
+
+def capture(fn: Any, seen: frozenset[int] = frozenset()) -> Capture | None:
+    """The recipe of ``fn`` and its captured values, if it may become a child (see the module), else None."""
+    if id(fn) in seen or len(seen) > 8:
         return None
     seen = seen | {id(fn)}
-    out: dict[str, Any] = {}
-    useful = False
-    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
+    values: dict[str, Any] = {}
+    bound: list[_Held] = []
+    positional = 0
+    partial_type = None
+    if type(fn) is types.FunctionType:
+        kind, function = "function", fn
+    elif type(fn) is types.MethodType and type(fn.__func__) is types.FunctionType:
+        kind, function = "method", fn.__func__
+    elif isinstance(fn, functools.partial) and type(fn.func) is types.FunctionType:
+        kind, function, partial_type = "partial", fn.func, type(fn)
+    elif (
+        callable(fn)
+        and not is_wrapped(fn)
+        and hasattr(fn, "__dict__")
+        and type(getattr(type(fn), "__call__", None)) is types.FunctionType
+        and _plain_class(type(fn))
+    ):
+        kind, function = "object", type(fn).__call__
+    else:
+        return None
+    code = function.__code__
+    if _writes_a_cell(code):
+        return None
+    if kind in ("method", "object"):
+        if code.co_argcount == 0:
+            return None
+        this = fn.__self__ if kind == "method" else fn
+        bound.append(_held(code, code.co_varnames[0], this, values, seen))
+    elif kind == "partial":
+        if fn.__dict__ if hasattr(fn, "__dict__") else False:
+            return None
+        names = code.co_varnames[: code.co_argcount]
+        if len(fn.args) > len(names):
+            return None
+        positional = len(fn.args)
+        for name, value in (*zip(names, fn.args), *fn.keywords.items()):
+            if name in values or any(h.name == name for h in bound):
+                return None
+            bound.append(_held(code, name, value, values, seen))
+    cells: list[_Held] = []
+    for name, cell in zip(code.co_freevars, function.__closure__ or ()):
         try:
             value = cell.cell_contents
         except ValueError:  # not assigned yet
             return None
-        if value is fn:  # it calls itself: rebuilt, it would call the old one
+        if value is fn or value is function:  # it calls itself: rebuilt, it would call the old one
             return None
-        out[name] = value
-        useful = useful or _convertible(value, seen)
-    if not useful or _writes_a_cell(fn.__code__):
+        cells.append(_held(code, name, value, values, seen))
+    if not any(_useful(v, seen) for v in values.values()):
         return None
-    return out
+    return Capture(kind, function, tuple(cells), tuple(bound), positional, partial_type, values, fn)
 
 
 def only_wrapped(values: dict[str, Any]) -> bool:
-    """No number among the cells (wrapped objects and functions): a child whatever it is."""
-    return not any(_is_number(v) for v in values.values())
+    """No number among the values (wrapped objects and functions): a child whatever it is."""
+    return not any(is_number(v) for v in values.values())
 
 
 def gives_a_number(fn: Any) -> bool:
@@ -129,45 +588,70 @@ def gives_a_number(fn: Any) -> bool:
     return False
 
 
-class ClosureFactory:
-    """Makes a function of one code object from its captured values: a closure as a factory.
+def with_cells(fn: types.FunctionType, cells: tuple[Any, ...] | None, defaults: Any, kwdefaults: Any) -> Any:
+    """A function of ``fn``'s code, module, name and attributes with these cells and defaults."""
+    out = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, defaults, cells or None)
+    out.__kwdefaults__ = kwdefaults
+    out.__qualname__ = fn.__qualname__
+    out.__module__ = fn.__module__
+    out.__doc__ = fn.__doc__
+    out.__dict__.update(fn.__dict__)
+    return out
 
-    Its parameters are the closure's free variables; calling it gives a new
-    function with that code, module, name, defaults and attributes, closed
-    over the values given. Compared by value (code, module, defaults,
-    attributes), so that every closure a builder makes is one factory.
+
+def _parameter(name: str) -> inspect.Parameter:
+    """A keyword parameter named by a path (``config.optim.lr``): no identifier, so made, then named."""
+    parameter = inspect.Parameter("_", inspect.Parameter.KEYWORD_ONLY)
+    parameter._name = name  # pyright: ignore[reportAttributeAccessIssue] - inspect checks for identifiers
+    return parameter
+
+
+class ClosureFactory:
+    """Makes a callable of one recipe from its captured values: a closure as a factory.
+
+    Its parameters are the values the callable captures, named by their
+    paths (``rate``, ``config.optim.lr``, ``self.lr``, ``kwargs['peak_value']``);
+    calling it gives a new callable of the same code, module, name, defaults
+    and attributes, over the values given (objects answered by views).
+    Compared by ``key`` (made by the caller, see ``_classify``), so that
+    every closure a builder makes is one factory.
     """
 
-    def __init__(self, fn: types.FunctionType):
+    def __init__(self, captured: Capture, key: Any):
+        fn = captured.function
+        self.captured = captured._replace(values={}, source=None)  # the recipe, not the values
         self.code = fn.__code__
-        self.globals = fn.__globals__
-        self.defaults = fn.__defaults__
-        self.kwdefaults = fn.__kwdefaults__
-        self.attributes = dict(fn.__dict__)
         self.__name__ = fn.__name__
-        self.__qualname__ = fn.__qualname__
+        self.__qualname__ = getattr(captured.source, "__qualname__", fn.__qualname__)
         self.__module__ = fn.__module__
         self.__doc__ = fn.__doc__
-        self.__signature__ = inspect.Signature(
-            [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in self.code.co_freevars]
-        )
-        self.key = (
-            self.code,
-            _static.ByIdentity(self.globals),
-            _static.freeze(self.defaults),
-            _static.freeze(self.kwdefaults),
-            _static.freeze(self.attributes),
-        )
-        self.hash = hash(self.key)
+        self.__signature__ = inspect.Signature([_parameter(n) for n in captured.values])
+        self.key = key
+        self.hash = hash(key)
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        bound = self.__signature__.bind(*args, **kwargs)
-        closure = tuple(types.CellType(bound.arguments[n]) for n in self.code.co_freevars)
-        fn = types.FunctionType(self.code, self.globals, self.__name__, self.defaults, closure)
-        fn.__kwdefaults__ = self.kwdefaults
-        fn.__qualname__ = self.__qualname__
-        fn.__dict__.update(self.attributes)
-        return fn
+    @staticmethod
+    def shape(captured: Capture) -> Any:
+        """What of a recipe its key is made of, besides the function (the caller freezes it)."""
+        held = tuple((h.name, None if h.plan is None else _shape(h.plan)) for h in captured.cells + captured.bound)
+        return (captured.kind, captured.positional, captured.partial_type, held, tuple(captured.values))
+
+    def __call__(self, **values: Any) -> Any:
+        c = self.captured
+
+        def given(h: _Held) -> Any:
+            return values[h.name] if h.plan is None else _View(h.plan, values)
+
+        fn = c.function
+        if c.cells:
+            fn = with_cells(fn, tuple(types.CellType(given(h)) for h in c.cells), fn.__defaults__, fn.__kwdefaults__)
+        if c.kind == "function":
+            return fn
+        if c.kind in ("method", "object"):
+            return types.MethodType(fn, given(c.bound[0]))
+        args = [given(h) for h in c.bound[: c.positional]]
+        keywords = {h.name: given(h) for h in c.bound[c.positional :]}
+        assert c.partial_type is not None
+        return c.partial_type(fn, *args, **keywords)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, ClosureFactory) and self.hash == other.hash and self.key == other.key
@@ -178,29 +662,56 @@ class ClosureFactory:
     def __repr__(self) -> str:
         return f"<closure {self.__module__}.{self.__qualname__}>"
 
+    def where(self) -> str:
+        """``train.py:41``: where the function is written."""
+        import os
 
-def closure_child(fn: Any) -> Any:
-    """The wrapped child a function given as an argument becomes, or None (see the module)."""
-    values = cells(fn)
-    if values is None:
+        return f"{os.path.basename(self.code.co_filename)}:{self.code.co_firstlineno}"
+
+
+def child(fn: Any, make: Callable[[Any, dict[str, Any]], Any], freeze: Callable[[Any], Any]) -> Any:
+    """The wrapped child a callable given as an argument becomes, or None (see the module).
+
+    ``make(factory, values)`` makes a wrapped object (the pipeline's, handed
+    down by the classification); ``freeze`` keys a static value.
+    """
+    captured = capture(fn)
+    if captured is None:
         return None
-    factory = ClosureFactory(fn)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        child = make(_bind.factory_info(factory), values, NO_OPTIONS)
-    if only_wrapped(values):
-        return child
-    spec = child._core.spec
-    if caught or spec.kind is not Kind.SCHEDULE or spec.analysis.level is not Level.CALL:
-        return None  # not one the mechanism honours
-    schedule = _SCHEDULE_LIKE.get(spec)
-    if schedule is None:
-        schedule = gives_a_number(fn)
-        _SCHEDULE_LIKE.set(spec, schedule)
-    return child if schedule else None  # a mask, a label or skip function: static, by value
+    f = captured.function
+    key = (
+        f.__code__,
+        _Identity(f.__globals__),
+        freeze(f.__defaults__),
+        freeze(f.__kwdefaults__),
+        freeze(dict(f.__dict__)),
+        ClosureFactory.shape(captured),
+    )
+    factory = ClosureFactory(captured, key)
+    wrapped = make(factory, captured.values)
+    if wrapped is None or only_wrapped(captured.values):
+        return wrapped
+    spec = wrapped._core.spec
+    schedule_like = _SCHEDULE_LIKE.get(spec)
+    if schedule_like is None:
+        schedule_like = gives_a_number(fn)
+        _SCHEDULE_LIKE.set(spec, schedule_like)
+    return wrapped if schedule_like else None  # a mask, a label or skip function: static, by value
 
 
-_SCHEDULE_LIKE = cache("spec of a closure's child -> whether the closure is a schedule", 1024)
+_SCHEDULE_LIKE = cache("spec of a closure's child -> whether the callable is a schedule", 1024)
 
 
-set_closure_hook(closure_child)
+class _Identity:
+    """A key part compared by identity (a function's globals: its module)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any):
+        self.value = value
+
+    def __hash__(self) -> int:
+        return id(self.value)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Identity) and other.value is self.value

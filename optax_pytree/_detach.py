@@ -21,6 +21,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from . import _closures
 from ._guard import Context, Guarded
 
 # Values that cannot hold a stand-in: immutable scalars and strings, arrays
@@ -142,13 +143,7 @@ class _Detacher:
         )
         if same:
             return fn
-        out = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, new_defaults, new_cells or None)
-        out.__kwdefaults__ = new_kwdefaults
-        out.__qualname__ = fn.__qualname__
-        out.__module__ = fn.__module__
-        out.__doc__ = fn.__doc__
-        out.__dict__.update(fn.__dict__)
-        return out
+        return _closures.with_cells(fn, new_cells, new_defaults, new_kwdefaults)
 
     def _cell(self, cell: Any, depth: int) -> Any:
         key = id(cell)

@@ -1,8 +1,8 @@
 """Steps 1 to 4 in order: from a factory's arguments to what a wrapped object is made of.
 
 ``make`` binds nothing itself (``_bind`` did): it classifies the arguments
-(``_classify``; a function given as an argument may become a child there,
-see ``_closures``), calls the factory with the values as given (its checks,
+(``_classify``; a callable given as an argument may become a child there,
+see ``_closures``, made by the ``make_child`` it is handed), calls the factory with the values as given (its checks,
 exceptions and warnings are optax's, on every wrap; children are handed to
 it as what their own factories returned, ``plain_child``), finds the
 analysis of this configuration and branch (cached per configuration in
@@ -32,7 +32,7 @@ import numpy as np
 
 from . import _bind, _build, _carry, _checks, _detect, _disk, _expr, _leaves, _quiet, _spec, _verify
 from ._bind import FactoryInfo, is_wrapped
-from ._classify import Classified, Options, classify
+from ._classify import Classified, MakeChild, Options, classify
 from ._spec import Analysis
 from ._vocabulary import Kind, Level, Role
 
@@ -377,12 +377,14 @@ def make(
     info: FactoryInfo,
     arguments: dict[str, Any],
     options: Options,
+    make_child: MakeChild | None,
     previous: _spec.Spec | None = None,
     kept: Any = None,
 ) -> Made:
     """Classifies, analyses (or finds the cached analysis): what the wrapped object is made of.
 
-    ``kept``: for ``replace``, (the replaced object's core, the names changed); the carried values of its
+    ``make_child``: how a callable argument becomes a child (``_tree.make_child``, see
+    ``_closures``). ``kept``: for ``replace``, (the replaced object's core, the names changed); the carried values of its
     expressions whose arguments did not change are kept (they were computed
     from Python values that its leaves no longer tell exactly).
 
@@ -398,13 +400,13 @@ def make(
         marked = options.with_marks(static, ()) if static else options
         try:
             # After the first round the factory was called for the user: quietly.
-            return _make(info, arguments, marked, previous, kept, quiet=bool(static))
+            return _make(info, arguments, marked, make_child, previous, kept, quiet=bool(static))
         except Degrade as d:
             names = [n for n in d.names if n in arguments and n not in static]
             if not names:  # nothing left to make static: cannot happen, but never loop
                 raise TypeError(f"{info.name}: {d.why}") from None
             if d.remember:
-                key = classify(info, arguments, marked).analysis_key
+                key = classify(info, arguments, marked, make_child).analysis_key
                 _spec.remember_degraded(key, (tuple(names), d.why))
             _warn_degraded(info, names, d.why)
             static += names
@@ -433,11 +435,12 @@ def _make(
     info: FactoryInfo,
     arguments: dict[str, Any],
     options: Options,
+    make_child: MakeChild | None,
     previous: _spec.Spec | None,
     kept: Any,
     quiet: bool,
 ) -> Made:
-    classified = classify(info, arguments, options)
+    classified = classify(info, arguments, options, make_child)
     # A configuration made before whose analysis nothing of the values
     # decides (no guards, no static candidates): its spec, found at once.
     spec = _spec.planned(classified.analysis_key)
@@ -445,7 +448,7 @@ def _make(
         degraded = _spec.degraded(classified.analysis_key)
         if degraded is not None:  # the mechanism could not honour this configuration: static
             options = options.with_marks(degraded[0], ())
-            classified = classify(info, arguments, options)
+            classified = classify(info, arguments, options, make_child)
     base = _base(classified)
     # Traced values (wrap or replace inside jit, optax.inject_hyperparams
     # calling a drop-in factory) are no Python values to check: the factory

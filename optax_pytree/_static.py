@@ -21,10 +21,10 @@ treedef and leaves); a bound method also needs the same ``self``;
 ``functools.partial`` and ``jax.tree_util.Partial`` compare by function,
 arguments and keywords; a function that reaches itself through its cells,
 by the shape of that cycle. An object of the program's a closure holds (its
-config, ``self``) counts by the attributes the function can read of it
-(``_reads``: levanter's builders close over a config that holds the swept
-rate, which the closure never reads), else as a whole: a dataclass by its
-fields. Whatever these rules cannot compare (an object that is neither
+config, ``self``, a dict) counts by the values the function's code reads of
+it (``_closures``: levanter's builders close over a config that holds the
+swept rate, which the closure never reads), else as a whole: a dataclass by
+its fields. Whatever these rules cannot compare (an object that is neither
 hashable, a dataclass nor a pytree) is compared by identity, so two
 callables are never wrongly equal.
 """
@@ -41,7 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _leaves, _reads
+from . import _closures, _leaves
 from ._bind import Wrapped
 
 
@@ -155,22 +155,23 @@ def _function_key(f: types.FunctionType, seen: tuple[int, ...]) -> Any:
     )
 
 
-_NOT_OBJECTS = (type, types.ModuleType, types.FunctionType, types.MethodType, functools.partial, Wrapped)
+_NOT_VIEWED = (type, types.ModuleType, types.FunctionType, types.MethodType, functools.partial, Wrapped)
 
 
 def _is_object(value: Any) -> bool:
-    """An instance of a class of the program's (a config): compared by what is read of it."""
-    return hasattr(value, "__dict__") and not isinstance(value, _NOT_OBJECTS) and not callable(value)
+    """An object of the program's a closure holds (a config, ``self``, a dict): compared by what is read of it."""
+    return (hasattr(value, "__dict__") or isinstance(value, (dict, list))) and not isinstance(
+        value, _NOT_VIEWED
+    )
 
 
 def _object_key(f: types.FunctionType, var: str, obj: Any, seen: tuple[int, ...]) -> Any:
-    """An object a closure holds, by the attributes it can read (``_reads``), else as a whole."""
-    names = _reads.attributes_read(f, var, obj)
-    if names is None:
+    """An object a closure holds, by the values its code reads of it (``_closures``), else as a whole."""
+    found = _closures.values_read(f.__code__, var, obj)
+    if found is None:
         return _freeze(obj, seen)
-    missing = object()
-    values = tuple((n, _freeze(getattr(obj, n, missing), seen)) for n in sorted(names))
-    return ("object", type(obj), values)
+    shape, values = found
+    return ("object", type(obj), shape, tuple((n, _freeze(v, seen)) for n, v in values))
 
 
 def _back(value: Any, seen: tuple[int, ...]) -> Any:

@@ -13,6 +13,7 @@ from __future__ import annotations
 # pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 import copy
 import operator
+import warnings
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
@@ -20,12 +21,12 @@ import jax
 import numpy as np
 import optax
 
-from . import _bind, _build, _constants, _leaves
+from . import _bind, _build, _closures, _constants, _leaves
 from ._bind import Wrapped
-from ._classify import Options
+from ._classify import NO_OPTIONS, Options
 from ._core import Core
 from ._spec import Spec
-from ._vocabulary import Kind, Role
+from ._vocabulary import Kind, Level, Role
 
 
 def spec_of(w: Any) -> Spec:
@@ -391,7 +392,26 @@ def make(
     kept: Any = None,
 ) -> Any:
     """The wrapped object for these arguments: the pipeline's steps, then :func:`new`."""
-    return new(*(_pipeline or _import_pipeline()).make(info, arguments, options, previous, kept))
+    return new(*(_pipeline or _import_pipeline()).make(info, arguments, options, make_child, previous, kept))
+
+
+def make_child(factory: Any, values: dict[str, Any]) -> Any:
+    """The wrapped child of a callable argument, made from its recipe (``_closures``), or None.
+
+    None where the mechanism does not honour it as a schedule: it warned
+    (a part made static), it is no schedule, or it is not called as one.
+    A callable holding wrapped objects and functions alone is always a
+    child: its rebuild calls the same schedules.
+    """
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        child = make(_bind.factory_info(factory), values, NO_OPTIONS)
+    if _closures.only_wrapped(values):
+        return child
+    spec = child._core.spec
+    if caught or spec.kind is not Kind.SCHEDULE or spec.analysis.level is not Level.CALL:
+        return None
+    return child
 
 
 # The pipeline, with the analysis (probe, verification, numpy's evaluation of
