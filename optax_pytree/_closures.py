@@ -287,12 +287,13 @@ class _Node:
 
 
 class _Leaf:
-    """A value read whole: a parameter of the factory."""
+    """A value read whole: a parameter of the factory, read along ``steps`` from the captured object."""
 
-    __slots__ = ("name", "value")
+    __slots__ = ("name", "steps", "value")
 
-    def __init__(self, value: Any):
+    def __init__(self, value: Any, steps: Path):
         self.value = value
+        self.steps = steps
         self.name = ""
 
 
@@ -303,20 +304,21 @@ class _Code(NamedTuple):
     function: types.FunctionType
 
 
-def _plan(obj: Any, paths: frozenset[Path] | None, depth: int) -> _Node | None:
-    """The look-ups ``paths`` make of ``obj``, or None where one cannot be replaced safely."""
+def _plan(obj: Any, paths: frozenset[Path] | None, depth: int, at: Path = ()) -> _Node | None:
+    """The look-ups ``paths`` make of ``obj`` (itself read along ``at``), or None where one
+    cannot be replaced safely."""
     if paths is None or depth > _MAX_DEPTH:
         return None
     node = _Node()
     try:
         for path in sorted(paths, key=repr):
-            _add(node, obj, path, depth)
+            _add(node, obj, path, depth, at)
     except _Fail:
         return None
     return node
 
 
-def _add(node: _Node, obj: Any, path: Path, depth: int) -> None:
+def _add(node: _Node, obj: Any, path: Path, depth: int, at: Path) -> None:
     (kind, key), rest = path[0], path[1:]
     if kind == "item":
         table, value = node.items, _item(obj, key)
@@ -329,7 +331,7 @@ def _add(node: _Node, obj: Any, path: Path, depth: int) -> None:
             code = found.value.__code__
             if code.co_argcount == 0:
                 raise _Fail
-            inner = _plan(obj, paths_read(code, code.co_varnames[0]), depth + 1)
+            inner = _plan(obj, paths_read(code, code.co_varnames[0]), depth + 1, at)
             if inner is None:
                 raise _Fail
             table[key] = _Code(found.kind, found.value)
@@ -339,12 +341,13 @@ def _add(node: _Node, obj: Any, path: Path, depth: int) -> None:
         if kind == "call":  # a callable value held by the object: called as it is
             rest = ()
     held = table.get(key)
+    step = ("item" if kind == "item" else "attr", key)
     if not rest or isinstance(held, _Leaf):
-        table[key] = _Leaf(value)  # read whole: what is read deeper is in it
+        table[key] = _Leaf(value, (*at, step))  # read whole: what is read deeper is in it
         return
     if held is None:
         held = table[key] = _Node()
-    _add(held, value, rest, depth)
+    _add(held, value, rest, depth, (*at, step))
 
 
 def _merge(into: _Node, other: _Node) -> None:
@@ -565,6 +568,101 @@ def capture(fn: Any, seen: frozenset[int] = frozenset()) -> Capture | None:
     return Capture(kind, function, tuple(cells), tuple(bound), positional, partial_type, values, fn)
 
 
+def _roots(captured: Capture) -> list[tuple[_Held, Callable[[], Any]]]:
+    """Each captured value with how to read it again from the callable given."""
+    fn = captured.source
+    function = fn.__func__ if captured.kind == "method" else fn.func if captured.kind == "partial" else None
+    cells = (function if function is not None else captured.function).__closure__ or ()
+    if captured.kind == "function":
+        cells = fn.__closure__ or ()
+    out: list[tuple[_Held, Callable[[], Any]]] = [
+        (h, lambda c=c: c.cell_contents) for h, c in zip(captured.cells, cells)
+    ]
+    if captured.kind in ("method", "object"):
+        this = fn.__self__ if captured.kind == "method" else fn
+        out.append((captured.bound[0], lambda: this))
+    elif captured.kind == "partial":
+        for i, h in enumerate(captured.bound):
+            if i < captured.positional:
+                out.append((h, lambda i=i: fn.args[i]))
+            else:
+                out.append((h, lambda n=h.name: fn.keywords[n]))
+    return out
+
+
+def _resolve(obj: Any, steps: Path) -> Any:
+    for kind, key in steps:
+        if kind == "item":
+            obj = _item(obj, key)
+        else:
+            found = _attribute(obj, key)
+            if found.kind != "value":
+                raise _Fail
+            obj = found.value
+    return obj
+
+
+def _same(old: Any, new: Any) -> bool:
+    if old is new:
+        return True
+    if type(old) is not type(new):
+        return False
+    if isinstance(old, np.ndarray):
+        return old.shape == new.shape and old.dtype == new.dtype and bool(np.array_equal(old, new, equal_nan=True))
+    try:
+        return bool(old == new) or (old != old and new != new)  # NaN is NaN
+    except Exception:  # noqa: BLE001 - an object that cannot say: changed
+        return False
+
+
+class Source:
+    """What a child was made from: the callable given, and the values read through it then.
+
+    A program may change its config after making the optimizer; plain optax
+    reads the config at every call of the schedule. :meth:`check` reads it
+    again (on every eager build of the child, see ``_build.build_child``) and
+    raises, naming the value, where it changed: the object holds the values
+    read when it was made, and a silently different number is never given.
+    """
+
+    __slots__ = ("captured", "snapshot", "where")
+
+    def __init__(self, captured: Capture, where: str):
+        self.captured = captured
+        self.where = where
+        # In-place changes of a NumPy array are changes too: a copy of each.
+        self.snapshot = {
+            n: np.array(v, copy=True) if isinstance(v, np.ndarray) else v for n, v in captured.values.items()
+        }
+
+    def check(self) -> None:
+        for held, read in _roots(self.captured):
+            try:
+                root = read()
+            except ValueError:  # a cell emptied
+                root = _MISSING
+            if held.plan is None:
+                reads = [(held.name, lambda root=root: root)]
+            else:
+                reads = [
+                    (leaf.name, lambda root=root, steps=leaf.steps: _resolve(root, steps))
+                    for leaf in _leaves_of(held.plan, held.name)
+                ]
+            for name, now in reads:
+                old = self.snapshot[name]
+                try:
+                    new = now()
+                except Exception:  # noqa: BLE001 - no longer readable as it was
+                    new = _MISSING
+                if not _same(old, new):
+                    shown = "no longer readable" if new is _MISSING else f"now {new!r}"
+                    raise ValueError(
+                        f"optax_pytree: {self.where} read {name} = {old!r} when the optimizer was made, and it "
+                        f"is {shown}: the optimizer holds the values read then (plain optax would read the "
+                        "new one at its next step): make the optimizer again after changing the config"
+                    )
+
+
 def only_wrapped(values: dict[str, Any]) -> bool:
     """No number among the values (wrapped objects and functions): a child whatever it is."""
     return not any(is_number(v) for v in values.values())
@@ -689,7 +787,10 @@ def child(fn: Any, make: Callable[[Any, dict[str, Any]], Any], freeze: Callable[
     )
     factory = ClosureFactory(captured, key)
     wrapped = make(factory, captured.values)
-    if wrapped is None or only_wrapped(captured.values):
+    if wrapped is None:
+        return None
+    wrapped._core.source = Source(captured, f"the schedule {factory.__qualname__} ({factory.where()})")
+    if only_wrapped(captured.values):
         return wrapped
     spec = wrapped._core.spec
     schedule_like = _SCHEDULE_LIKE.get(spec)

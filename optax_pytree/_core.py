@@ -26,7 +26,19 @@ class Core:
     """
 
     # ``structure``: its treedef's make, once asked (``_children.structure``); unset until then.
-    __slots__ = ("pending", "plain", "python", "spec", "stored_exact", "stored_leaves", "structure")
+    # ``source``: what a closure's child was made from (``_closures.Source``), unset for any other;
+    # ``sources``: those of the object and its children, once asked (:meth:`check_sources`).
+    __slots__ = (
+        "pending",
+        "plain",
+        "python",
+        "source",
+        "sources",
+        "spec",
+        "stored_exact",
+        "stored_leaves",
+        "structure",
+    )
 
     spec: Spec
     stored_leaves: tuple[Any, ...]
@@ -79,7 +91,21 @@ class Core:
     def built_from(self, hyper: tuple[tuple[Any, ...], Any]) -> Any:
         return _build.build(self.spec, *hyper)
 
+    def check_sources(self) -> None:
+        """Raises where a config a closure child read was changed since (``_closures.Source``).
+
+        Only the objects the program made hold their sources: one JAX rebuilt
+        (inside ``jit``) holds its leaves alone.
+        """
+        try:
+            sources = self.sources
+        except AttributeError:
+            sources = self.sources = _sources(self)
+        for source in sources:
+            source.check()
+
     def init(self, params: Any) -> Any:
+        self.check_sources()
         try:
             return _constants.call(lambda h, p: self.built_from(h).init(p), (self.leaves, self.exact), params)
         except Exception as e:
@@ -87,6 +113,7 @@ class Core:
             raise
 
     def update(self, updates: Any, state: Any, params: Any = None, **extra_args: Any) -> tuple[Any, Any]:
+        self.check_sources()
         try:
             return _constants.call(
                 lambda h, *a, **k: self.built_from(h).update(*a, **k),
@@ -99,3 +126,19 @@ class Core:
         except Exception as e:
             _build.raise_traced_failure(e, self.spec, self.leaves, "update")
             raise
+
+
+def _sources(core: Core) -> tuple[Any, ...]:
+    """The sources of a core and of the wrapped objects among its leaves, at any depth."""
+    import jax
+
+    from ._bind import is_wrapped
+
+    found: list[Any] = []
+    own = getattr(core, "source", None)
+    if own is not None:
+        found.append(own)
+    for w in jax.tree_util.tree_leaves(core.leaves, is_leaf=is_wrapped):
+        if is_wrapped(w):
+            found.extend(_sources(w._core))
+    return tuple(found)

@@ -322,6 +322,7 @@ class PyTreeSchedule(_Wrapped):
     def __call__(self, count: Any) -> Any:
         """The schedule's value at step ``count`` (traced or concrete)."""
         core = self._core
+        core.check_sources()
         return _constants.call(lambda h, c: core.built_from(h)(c), (core.leaves, core.exact), count)
 
     # A plain object, not a tuple: ``jax.jit(schedule)`` keeps a weak
