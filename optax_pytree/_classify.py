@@ -20,8 +20,11 @@ from __future__ import annotations
 
 # pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 import inspect
+import os
+import sys
 import types
 import typing
+import warnings
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
@@ -193,6 +196,41 @@ def _with_closure_children(value: Any, make_child: MakeChild | None) -> Any:
         return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
     child = _closure_child(value, make_child)
     return value if child is None else child
+
+
+_WARNED: set[tuple[str, int]] = set()  # the code locations warned about, once each
+
+
+def _warn_identity(info: FactoryInfo, name: str, value: Any, frozen: Any) -> None:
+    """Warns, once per code location, of a callable argument that holds something compared by identity."""
+    held = _static.held_by_identity(frozen)
+    if not held:
+        return
+    fn = value.__func__ if isinstance(value, types.MethodType) else getattr(value, "func", value)
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return
+    where = (code.co_filename, code.co_firstlineno)
+    if where in _WARNED:
+        return
+    _WARNED.add(where)
+    kinds = sorted({type(h).__name__ for h in held})
+    warnings.warn(
+        f"optax_pytree: {info.name}: argument {name!r}, the function {getattr(fn, '__qualname__', fn)!r} "
+        f"({os.path.basename(where[0])}:{where[1]}), holds {' and '.join(kinds)} compared by identity (its "
+        "value cannot be compared): every optimizer built with a new one is a new compilation. Hold plain "
+        "numbers, a dataclass, a dict or a config (ml_collections, OmegaConf, argparse) instead, or make "
+        "the function once and reuse it; optax_pytree.explain(a, b) says what differs between two builds",
+        stacklevel=_user_stacklevel(),
+    )
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` of the first frame outside optax_pytree (the user's call)."""
+    frame, level = sys._getframe(1), 1  # pyright: ignore[reportPrivateUsage]
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("optax_pytree."):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def is_numeric_tree(x: Any) -> bool:
@@ -433,7 +471,10 @@ def _classify(
                 key_parts.append((name, role, structure(value)))
             else:
                 role = Role.STATIC
-                key_parts.append((name, role, _static.freeze(value)))
+                frozen = _static.freeze(value)
+                key_parts.append((name, role, frozen))
+                if callable(value):
+                    _warn_identity(info, name, value, frozen)
         out.roles[name] = role
         out.values[name] = value
         if role == Role.CHILD:

@@ -95,7 +95,9 @@ def _is_method_load(instruction: dis.Instruction) -> bool:
     if instruction.opname == "LOAD_METHOD":
         return True
     # Python 3.12+: LOAD_ATTR's low bit says it pushes a method for a call.
-    return sys.version_info >= (3, 12) and instruction.opname == "LOAD_ATTR" and bool((instruction.arg or 0) & 1)
+    return (
+        sys.version_info >= (3, 12) and instruction.opname == "LOAD_ATTR" and bool((instruction.arg or 0) & 1)
+    )
 
 
 def _follow(instructions: list[dis.Instruction], j: int) -> Path:
@@ -342,12 +344,16 @@ def _add(node: _Node, obj: Any, path: Path, depth: int, at: Path) -> None:
             rest = ()
     held = table.get(key)
     step = ("item" if kind == "item" else "attr", key)
-    if not rest or isinstance(held, _Leaf):
+    if not rest or isinstance(held, _Leaf) or not _viewable(value):
         table[key] = _Leaf(value, (*at, step))  # read whole: what is read deeper is in it
         return
-    if held is None:
-        held = table[key] = _Node()
-    _add(held, value, rest, depth, (*at, step))
+    inner = _Node() if held is None else held
+    try:
+        _add(inner, value, rest, depth, (*at, step))
+    except _Fail:  # a deeper look-up not replaced safely: this value is read whole, as it is
+        table[key] = _Leaf(value, (*at, step))
+        return
+    table[key] = inner
 
 
 def _merge(into: _Node, other: _Node) -> None:
@@ -454,10 +460,14 @@ def is_number(value: Any) -> bool:
         return True
     if kind is int:
         return -(2**31) <= value < 2**31
-    if isinstance(value, (np.ndarray, np.generic, jax.Array)) and not isinstance(value, jax.core.Tracer):
+    if isinstance(value, (np.ndarray, np.generic, jax.Array)) and not _is_tracer(value):
         dtype = value.dtype
         return bool(np.issubdtype(dtype, np.number)) and not jnp.issubdtype(dtype, jax.dtypes.prng_key)
     return False
+
+
+def _is_tracer(x: Any) -> bool:
+    return isinstance(x, jax.core.Tracer)  # pyright: ignore[reportAttributeAccessIssue]
 
 
 def _useful(value: Any, seen: frozenset[int]) -> bool:
@@ -478,7 +488,7 @@ class Capture(NamedTuple):
     """A callable as a factory of its captured values: the recipe, and the values given."""
 
     kind: str  # "function", "method", "partial" or "object" (a callable object's __call__)
-    function: types.FunctionType  # the code that runs
+    function: Any  # the types.FunctionType that runs (typed Any: pyright would bind it as a method)
     cells: tuple[_Held, ...]  # the function's closure, in order
     bound: tuple[_Held, ...]  # the method's self; the partial's arguments (positional first)
     positional: int  # how many of ``bound`` are a partial's positional arguments
@@ -507,7 +517,7 @@ def _viewable(value: Any) -> bool:
     """Whether a value may be replaced by a view of what is read of it (an object, a container)."""
     if value is None or isinstance(value, (str, bytes, bool, int, float, complex, type, types.ModuleType)):
         return False
-    return not callable(value) or hasattr(value, "__dict__") and not isinstance(value, types.FunctionType)
+    return not callable(value) or (hasattr(value, "__dict__") and not isinstance(value, types.FunctionType))
 
 
 def capture(fn: Any, seen: frozenset[int] = frozenset()) -> Capture | None:
@@ -515,10 +525,12 @@ def capture(fn: Any, seen: frozenset[int] = frozenset()) -> Capture | None:
     if id(fn) in seen or len(seen) > 8:
         return None
     seen = seen | {id(fn)}
+    given: Any = fn
     values: dict[str, Any] = {}
     bound: list[_Held] = []
     positional = 0
     partial_type = None
+    function: types.FunctionType
     if type(fn) is types.FunctionType:
         kind, function = "function", fn
     elif type(fn) is types.MethodType and type(fn.__func__) is types.FunctionType:
@@ -529,10 +541,10 @@ def capture(fn: Any, seen: frozenset[int] = frozenset()) -> Capture | None:
         callable(fn)
         and not is_wrapped(fn)
         and hasattr(fn, "__dict__")
-        and type(getattr(type(fn), "__call__", None)) is types.FunctionType
+        and type(inspect.getattr_static(type(fn), "__call__", None)) is types.FunctionType
         and _plain_class(type(fn))
     ):
-        kind, function = "object", type(fn).__call__
+        kind, function = "object", inspect.getattr_static(type(fn), "__call__")
     else:
         return None
     code = function.__code__
@@ -541,16 +553,16 @@ def capture(fn: Any, seen: frozenset[int] = frozenset()) -> Capture | None:
     if kind in ("method", "object"):
         if code.co_argcount == 0:
             return None
-        this = fn.__self__ if kind == "method" else fn
+        this = given.__self__ if kind == "method" else given
         bound.append(_held(code, code.co_varnames[0], this, values, seen))
     elif kind == "partial":
-        if fn.__dict__ if hasattr(fn, "__dict__") else False:
+        if getattr(given, "__dict__", None):
             return None
         names = code.co_varnames[: code.co_argcount]
-        if len(fn.args) > len(names):
+        if len(given.args) > len(names):
             return None
-        positional = len(fn.args)
-        for name, value in (*zip(names, fn.args), *fn.keywords.items()):
+        positional = len(given.args)
+        for name, value in (*zip(names, given.args), *given.keywords.items()):
             if name in values or any(h.name == name for h in bound):
                 return None
             bound.append(_held(code, name, value, values, seen))
@@ -608,7 +620,11 @@ def _same(old: Any, new: Any) -> bool:
     if type(old) is not type(new):
         return False
     if isinstance(old, np.ndarray):
-        return old.shape == new.shape and old.dtype == new.dtype and bool(np.array_equal(old, new, equal_nan=True))
+        return (
+            old.shape == new.shape
+            and old.dtype == new.dtype
+            and bool(np.array_equal(old, new, equal_nan=True))
+        )
     try:
         return bool(old == new) or (old != old and new != new)  # NaN is NaN
     except Exception:  # noqa: BLE001 - an object that cannot say: changed
@@ -657,7 +673,8 @@ class Source:
                 if not _same(old, new):
                     shown = "no longer readable" if new is _MISSING else f"now {new!r}"
                     raise ValueError(
-                        f"optax_pytree: {self.where} read {name} = {old!r} when the optimizer was made, and it "
+                        f"optax_pytree: {self.where} read {name} = {old!r} when the optimizer was made, "
+                        "and it "
                         f"is {shown}: the optimizer holds the values read then (plain optax would read the "
                         "new one at its next step): make the optimizer again after changing the config"
                     )
@@ -730,7 +747,9 @@ class ClosureFactory:
     @staticmethod
     def shape(captured: Capture) -> Any:
         """What of a recipe its key is made of, besides the function (the caller freezes it)."""
-        held = tuple((h.name, None if h.plan is None else _shape(h.plan)) for h in captured.cells + captured.bound)
+        held = tuple(
+            (h.name, None if h.plan is None else _shape(h.plan)) for h in captured.cells + captured.bound
+        )
         return (captured.kind, captured.positional, captured.partial_type, held, tuple(captured.values))
 
     def __call__(self, **values: Any) -> Any:
@@ -739,9 +758,12 @@ class ClosureFactory:
         def given(h: _Held) -> Any:
             return values[h.name] if h.plan is None else _View(h.plan, values)
 
-        fn = c.function
+        f = c.function
+        fn: Any = f
         if c.cells:
-            fn = with_cells(fn, tuple(types.CellType(given(h)) for h in c.cells), fn.__defaults__, fn.__kwdefaults__)
+            fn = with_cells(
+                f, tuple(types.CellType(given(h)) for h in c.cells), f.__defaults__, f.__kwdefaults__
+            )
         if c.kind == "function":
             return fn
         if c.kind in ("method", "object"):

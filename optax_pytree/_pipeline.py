@@ -2,7 +2,8 @@
 
 ``make`` binds nothing itself (``_bind`` did): it classifies the arguments
 (``_classify``; a callable given as an argument may become a child there,
-see ``_closures``, made by the ``make_child`` it is handed), calls the factory with the values as given (its checks,
+see ``_closures``, made by the ``make_child`` it is handed), calls the
+factory with the values as given (its checks,
 exceptions and warnings are optax's, on every wrap; children are handed to
 it as what their own factories returned, ``plain_child``), finds the
 analysis of this configuration and branch (cached per configuration in
@@ -384,7 +385,8 @@ def make(
     """Classifies, analyses (or finds the cached analysis): what the wrapped object is made of.
 
     ``make_child``: how a callable argument becomes a child (``_tree.make_child``, see
-    ``_closures``). ``kept``: for ``replace``, (the replaced object's core, the names changed); the carried values of its
+    ``_closures``). ``kept``: for ``replace``, (the replaced object's core, the names changed);
+    the carried values of its
     expressions whose arguments did not change are kept (they were computed
     from Python values that its leaves no longer tell exactly).
 

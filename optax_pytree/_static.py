@@ -32,6 +32,7 @@ callables are never wrongly equal.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
 import types
 import typing
@@ -159,7 +160,7 @@ _NOT_VIEWED = (type, types.ModuleType, types.FunctionType, types.MethodType, fun
 
 
 def _is_object(value: Any) -> bool:
-    """An object of the program's a closure holds (a config, ``self``, a dict): compared by what is read of it."""
+    """An object a closure holds (a config, ``self``, a dict): compared by what is read of it."""
     return (hasattr(value, "__dict__") or isinstance(value, (dict, list))) and not isinstance(
         value, _NOT_VIEWED
     )
@@ -256,3 +257,35 @@ def _freeze(value: Any, seen: tuple[int, ...]) -> Any:
             )
         return ByIdentity(value)
     return ("tree", treedef, tuple(_freeze_leaf(leaf) for leaf in leaves))
+
+
+_NAMED = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, enum.Enum, type(None))
+
+
+def _identity_equal(kind: type) -> bool:
+    """Instances compared by identity (object's ``==``) that are no named thing (a class, a module,
+    a function, an enum member) and no sentinel (a bare ``object()``)."""
+    return kind is not object and kind.__eq__ is object.__eq__ and not issubclass(kind, _NAMED)
+
+
+def held_by_identity(key: Any) -> list[Any]:
+    """The values a frozen key compares by identity, a function's globals (its module) and
+    traced values aside: what makes every new one a new static value."""
+    out: list[Any] = []
+
+    def walk(x: Any) -> None:
+        if isinstance(x, ByIdentity):
+            held = x.value
+            if not (type(held) is dict and "__builtins__" in held) and not _leaves.is_tracer(held):
+                out.append(held)
+        elif type(x) is tuple and len(x) == 2 and type(x[1]) is x[0] and _identity_equal(x[0]):
+            out.append(x[1])  # (type, value) of a value whose == is identity
+        elif isinstance(x, tuple):
+            for item in x:
+                walk(item)
+        elif isinstance(x, frozenset):
+            for item in x:
+                walk(item)
+
+    walk(key)
+    return out

@@ -1,0 +1,527 @@
+"""Schedules that read their numbers through the program's config: one compilation per sweep (``_closures``).
+
+Real programs hand optax a schedule written as a closure over their
+configuration object (ml_collections, OmegaConf, argparse, dataclasses,
+``self``, dicts), a ``functools.partial`` of one, or arrays. Each builder
+below re-expresses one public project's (named in its docstring); through
+the drop-in, a sweep of its learning rate traces the jitted step once, with
+plain optax's numbers bit for bit eagerly and plain optax's state layout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import dis
+import functools
+import types
+import warnings
+from typing import Any
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax as plain
+import pytest
+from helpers import sliced
+
+import optax_pytree as opx
+import optax_pytree.optax as dropin
+from optax_pytree import _closures
+
+ml_collections = pytest.importorskip("ml_collections", reason="a test extra: configs of ml_collections")
+omegaconf = pytest.importorskip("omegaconf", reason="a test extra: configs of OmegaConf (Hydra)")
+
+PARAMS = {"kernel": jnp.linspace(-1.0, 1.0, 6).reshape(3, 2), "bias": jnp.array([0.1, -0.2])}
+GRADS = jax.tree_util.tree_map(lambda x: 0.3 * x + 0.05, PARAMS)
+RATES = (1e-3, 3e-3, 2e-2)
+
+
+# --------------------------------------------------------------------------
+# The builders, each (optax module, learning rate) -> transformation.
+
+
+def cleanrl_ppo(optax: Any, lr: float) -> Any:
+    """cleanrl ppo_atari_envpool: ``linear_schedule`` over ``args``, through ``inject_hyperparams(adam)``."""
+    args = argparse.Namespace(
+        learning_rate=lr,
+        num_minibatches=4,
+        update_epochs=4,
+        num_iterations=50,
+        max_grad_norm=0.5,
+        anneal_lr=True,
+    )
+
+    def linear_schedule(count: Any) -> Any:
+        frac = 1.0 - (count // (args.num_minibatches * args.update_epochs)) / args.num_iterations
+        return args.learning_rate * frac
+
+    return optax.chain(
+        optax.clip_by_global_norm(args.max_grad_norm),
+        optax.inject_hyperparams(optax.adam)(
+            learning_rate=linear_schedule if args.anneal_lr else args.learning_rate, eps=1e-5
+        ),
+    )
+
+
+def _ferminet_cfg(lr: float) -> Any:
+    cfg = ml_collections.ConfigDict()
+    cfg.optim = ml_collections.ConfigDict()
+    cfg.optim.lr = ml_collections.ConfigDict({"rate": lr, "decay": 1.0, "delay": 10.0})
+    cfg.optim.optimizer = "adam"
+    cfg.optim.adam = ml_collections.ConfigDict({"b1": 0.9, "b2": 0.999, "eps": 1e-8})
+    cfg.lock()
+    return cfg
+
+
+def ferminet_adam(optax: Any, lr: float) -> Any:
+    """ferminet train.py: ``learning_rate_schedule`` over a locked, nested ``cfg`` (``cfg.optim.lr.rate``)."""
+    cfg = _ferminet_cfg(lr)
+
+    def learning_rate_schedule(t_: Any) -> Any:
+        return cfg.optim.lr.rate * jnp.power((1.0 / (1.0 + (t_ / cfg.optim.lr.delay))), cfg.optim.lr.decay)
+
+    return optax.chain(
+        optax.scale_by_adam(**cfg.optim.adam),
+        optax.scale_by_schedule(learning_rate_schedule),
+        optax.scale(-1.0),
+    )
+
+
+def ferminet_lamb(optax: Any, lr: float) -> Any:
+    """ferminet: the same schedule through ``optax.lamb``."""
+    cfg = _ferminet_cfg(lr)
+
+    def learning_rate_schedule(t_: Any) -> Any:
+        return cfg.optim.lr.rate * jnp.power((1.0 / (1.0 + (t_ / cfg.optim.lr.delay))), cfg.optim.lr.decay)
+
+    return optax.lamb(learning_rate_schedule, eps=1e-7)
+
+
+def scenic_compound(optax: Any, lr: float) -> Any:
+    """scenic lr_schedules.compound_lr_scheduler: factors parsed from ``config.lr_configs`` in the closure."""
+    config = ml_collections.ConfigDict()
+    config.lr_configs = ml_collections.ConfigDict(
+        {
+            "factors": "constant * linear_warmup * cosine_decay",
+            "base_learning_rate": lr,
+            "warmup_steps": 2,
+            "steps_per_cycle": 20,
+        }
+    )
+
+    def lr_fn(step: Any) -> Any:
+        ratio = 1.0
+        for name in [n.strip() for n in config.lr_configs.factors.split("*")]:
+            if name == "constant":
+                ratio *= config.lr_configs.base_learning_rate
+            elif name == "linear_warmup":
+                ratio *= jnp.minimum(1.0, step / config.lr_configs.warmup_steps)
+            elif name == "cosine_decay":
+                progress = jnp.maximum(
+                    0.0, (step - config.lr_configs.warmup_steps) / config.lr_configs.steps_per_cycle
+                )
+                ratio *= jnp.maximum(0.0, 0.5 * (1.0 + jnp.cos(jnp.pi * (progress % 1.0))))
+        return jnp.asarray(ratio, dtype=jnp.float32)
+
+    return optax.adamw(lr_fn, weight_decay=1e-4)
+
+
+def scenic_layerwise(optax: Any, lr: float) -> Any:
+    """scenic centernet optimizer_with_layerwise_decay: a multi_transform of adamw groups, each with
+    its lr closure."""
+    config = ml_collections.ConfigDict(
+        {"lr_configs": {"base_learning_rate": lr, "warmup_steps": 2}, "decay": 0.7}
+    )
+
+    def make_lr_fn(scale: float) -> Any:
+        def lr_fn(step: Any) -> Any:
+            warmup = jnp.minimum(1.0, step / config.lr_configs.warmup_steps)
+            return config.lr_configs.base_learning_rate * scale * warmup
+
+        return lr_fn
+
+    transforms = {
+        f"layer_{i}": optax.adamw(
+            make_lr_fn(config.decay**i),
+            weight_decay=1e-4,
+            mask=lambda p: jax.tree.map(lambda x: x.ndim != 1, p),
+        )
+        for i in range(2)
+    }
+    return optax.multi_transform(transforms, {"kernel": "layer_0", "bias": "layer_1"})
+
+
+def learned_optimization_pwl(optax: Any, lr: float) -> Any:
+    """learned_optimization PiecewiseLinearAdam: times and values captured as arrays."""
+    times = jnp.asarray([0, 2, 10], dtype=jnp.int32)
+    vals = jnp.asarray([0.0, lr, lr * 0.1])
+
+    def schedule(step: Any) -> Any:
+        return jnp.interp(step, times, vals)
+
+    return optax.adam(schedule)
+
+
+def mava_omegaconf(optax: Any, lr: float) -> Any:
+    """Mava ff_ppo: a linear decay closure over an OmegaConf ``DictConfig`` (a Hydra program)."""
+    config = omegaconf.OmegaConf.create(
+        {
+            "system": {"actor_lr": lr, "ppo_epochs": 2, "num_minibatches": 2, "max_grad_norm": 0.5},
+            "arch": {"num_updates": 40},
+        }
+    )
+
+    def linear_scheduling(count: Any) -> Any:
+        frac = (
+            1.0
+            - (count // (config.system.ppo_epochs * config.system.num_minibatches)) / config.arch.num_updates
+        )
+        return config.system.actor_lr * frac
+
+    return optax.chain(
+        optax.clip_by_global_norm(config.system.max_grad_norm), optax.adam(linear_scheduling, eps=1e-5)
+    )
+
+
+def hydra_interpolation(optax: Any, lr: float) -> Any:
+    """A Hydra config whose rate is an interpolation (``${base_lr}``)."""
+    cfg = omegaconf.OmegaConf.create({"base_lr": lr, "optimizer": {"lr": "${base_lr}", "warmup": 2}})
+    return optax.sgd(
+        lambda step: cfg.optimizer.lr * jnp.minimum(1.0, (step + 1) / cfg.optimizer.warmup), momentum=0.9
+    )
+
+
+def _learning_rate_decay(
+    step: Any,
+    lr_init: float,
+    lr_final: float,
+    max_steps: int,
+    lr_delay_steps: int = 0,
+    lr_delay_mult: float = 1.0,
+) -> Any:
+    if lr_delay_steps > 0:
+        delay_rate = lr_delay_mult + (1 - lr_delay_mult) * jnp.sin(
+            0.5 * jnp.pi * jnp.clip(step / lr_delay_steps, 0, 1)
+        )
+    else:
+        delay_rate = 1.0
+    t = jnp.clip(step / max_steps, 0, 1)
+    log_lerp = jnp.exp(jnp.log(lr_init) * (1 - t) + jnp.log(lr_final) * t)
+    return delay_rate * log_lerp
+
+
+def multinerf_partial(optax: Any, lr: float) -> Any:
+    """multinerf train_utils: ``functools.partial(learning_rate_decay, lr_init=..., ...)``."""
+    lr_kwargs = {"max_steps": 100, "lr_delay_steps": 5, "lr_delay_mult": 0.01}
+    schedule = functools.partial(_learning_rate_decay, lr_init=lr, lr_final=lr / 100, **lr_kwargs)
+    return optax.adam(learning_rate=schedule, b1=0.9, b2=0.999, eps=1e-6)
+
+
+def octo_kwargs(optax: Any, lr: float) -> Any:
+    """octo create_lr_schedule: a lambda over its kwargs dict (``kwargs['peak_value']``)."""
+    kwargs = {"peak_value": lr, "warmup_steps": 2}
+
+    def schedule(step: Any) -> Any:  # octo: a lambda
+        return jnp.minimum(kwargs["peak_value"] * step / kwargs["warmup_steps"], kwargs["peak_value"])
+
+    return optax.adamw(schedule, weight_decay=1e-2, mask=lambda p: jax.tree.map(lambda x: x.ndim > 1, p))
+
+
+def nanodo_rsqrt(optax: Any, lr: float) -> Any:
+    """nanodo optimizer: an rsqrt schedule closure over its config (a frozen dataclass)."""
+
+    @dataclasses.dataclass(frozen=True)
+    class Config:
+        peak_learning_rate: float
+        warmup_steps: int = 2
+        weight_decay: float = 0.1
+
+    c = Config(lr)
+
+    def schedule(step: Any) -> Any:
+        warmup = jnp.minimum(1.0, (step + 1) / c.warmup_steps)
+        return (
+            c.peak_learning_rate
+            * warmup
+            * jax.lax.rsqrt(jnp.maximum(step + 1, c.warmup_steps) / c.warmup_steps)
+        )
+
+    return optax.adamw(schedule, b1=0.9, b2=0.95, weight_decay=c.weight_decay)
+
+
+@dataclasses.dataclass(frozen=True)
+class LevanterAdamConfig:
+    """levanter's OptimizerConfig: ``lr_scheduler`` a method whose closure reads ``self``."""
+
+    learning_rate: float = 6e-4
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = 2
+    weight_decay: float = 0.0
+
+    def lr_scheduler(self, num_train_steps: int) -> Any:
+        def schedule(step: Any) -> Any:
+            warmup = jnp.minimum(1.0, step / self.warmup_steps)
+            t = jnp.clip((step - self.warmup_steps) / num_train_steps, 0.0, 1.0)
+            return self.learning_rate * warmup * (1.0 - (1.0 - self.min_lr_ratio) * t)
+
+        return schedule
+
+
+def levanter_dataclass(optax: Any, lr: float) -> Any:
+    config = LevanterAdamConfig(learning_rate=lr)
+    return optax.adamw(config.lr_scheduler(100), weight_decay=config.weight_decay)
+
+
+class BigVisionTrainer:
+    """big_vision / a trainer template: ``self.lr_fn`` given as the schedule (a bound method)."""
+
+    def __init__(self, lr: float):
+        self.config = ml_collections.ConfigDict(
+            {"lr": lr, "schedule": {"warmup_steps": 2, "decay_type": "linear"}}
+        )
+        self.total_steps = 50
+
+    def lr_fn(self, step: Any) -> Any:
+        warmup = jnp.minimum(1.0, step / self.config.schedule.warmup_steps)
+        return self.config.lr * warmup * (1.0 - step / self.total_steps)
+
+
+def big_vision_method(optax: Any, lr: float) -> Any:
+    return optax.sgd(BigVisionTrainer(lr).lr_fn, momentum=0.9, nesterov=True)
+
+
+class T5xRsqrt:
+    """t5x-style schedule as a callable object: ``__call__`` reads ``self``."""
+
+    def __init__(self, base_learning_rate: float, warmup_steps: int):
+        self.base_learning_rate = base_learning_rate
+        self.warmup_steps = warmup_steps
+
+    def __call__(self, step: Any) -> Any:
+        return self.base_learning_rate * jax.lax.rsqrt(
+            jnp.maximum(step + 1, self.warmup_steps).astype(jnp.float32)
+        )
+
+
+def t5x_callable(optax: Any, lr: float) -> Any:
+    return optax.adafactor(T5xRsqrt(lr, 4), multiply_by_parameter_scale=False)
+
+
+def flax_partial_config(optax: Any, lr: float) -> Any:
+    """flax examples' ``create_learning_rate_fn(config, ...)`` as ``functools.partial(fn, config=cfg)``."""
+    config = ml_collections.ConfigDict({"learning_rate": lr, "warmup_epochs": 1, "momentum": 0.9})
+    return optax.sgd(
+        functools.partial(_flax_schedule, config=config, steps_per_epoch=2), momentum=config.momentum
+    )
+
+
+def _flax_schedule(step: Any, config: Any, steps_per_epoch: int) -> Any:
+    warmup = jnp.minimum(1.0, step / (config.warmup_epochs * steps_per_epoch))
+    return config.learning_rate * warmup
+
+
+BUILDERS = {
+    "cleanrl_ppo": cleanrl_ppo,
+    "ferminet_adam": ferminet_adam,
+    "ferminet_lamb": ferminet_lamb,
+    "scenic_compound": scenic_compound,
+    "scenic_layerwise": scenic_layerwise,
+    "learned_optimization_pwl": learned_optimization_pwl,
+    "mava_omegaconf": mava_omegaconf,
+    "hydra_interpolation": hydra_interpolation,
+    "multinerf_partial": multinerf_partial,
+    "octo_kwargs": octo_kwargs,
+    "nanodo_rsqrt": nanodo_rsqrt,
+    "levanter_dataclass": levanter_dataclass,
+    "big_vision_method": big_vision_method,
+    "t5x_callable": t5x_callable,
+    "flax_partial_config": flax_partial_config,
+}
+# The default run: one of each kind of config (the rest in the exhaustive sets).
+SLICE = {
+    "cleanrl_ppo",
+    "ferminet_adam",
+    "mava_omegaconf",
+    "multinerf_partial",
+    "octo_kwargs",
+    "big_vision_method",
+    "learned_optimization_pwl",
+}
+
+
+def _steps(tx: Any, steps: int = 3) -> Any:
+    params, state = PARAMS, tx.init(PARAMS)
+    for _ in range(steps):
+        updates, state = tx.update(GRADS, state, params)
+        params = plain.apply_updates(params, updates)
+    return params, state
+
+
+@pytest.mark.parametrize(
+    "builder", sliced([(b,) for b in BUILDERS.values()], list(BUILDERS), lambda i: i in SLICE)
+)
+def test_a_sweep_through_the_program_s_config_compiles_once(builder: Any) -> None:
+    traces: list[int] = []
+
+    @jax.jit
+    def step(tx: Any, params: Any) -> Any:
+        traces.append(1)
+        updates, state = tx.update(GRADS, tx.init(params), params)
+        return plain.apply_updates(params, updates), state
+
+    for lr in RATES:
+        tx, expected = builder(dropin, lr), builder(plain, lr)
+        step(tx, PARAMS)
+        # Plain optax's numbers, bit for bit eagerly, and its state layout.
+        chex.assert_trees_all_equal(_steps(tx), _steps(expected))
+        assert jax.tree_util.tree_structure(tx.init(PARAMS)) == jax.tree_util.tree_structure(
+            expected.init(PARAMS)
+        )
+    assert len(traces) == 1
+
+
+def test_the_numbers_read_are_leaves_named_by_their_paths() -> None:
+    tx = ferminet_lamb(dropin, 1e-3)
+    paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(tx)[0]]
+    assert ".learning_rate.cfg.optim.lr.rate" in paths and ".learning_rate.cfg.optim.lr.delay" in paths
+    assert float(tx.learning_rate.hyperparams["cfg.optim.lr.rate"]) == np.float32(1e-3)
+    assert octo_kwargs(dropin, 1e-3).learning_rate.dynamic_argnames == (
+        "kwargs['peak_value']",
+        "kwargs['warmup_steps']",
+    )
+    assert big_vision_method(dropin, 1e-3).learning_rate.dynamic_argnames == (
+        "self.config.lr",
+        "self.config.schedule.warmup_steps",
+        "self.total_steps",
+    )
+
+
+def test_vmap_over_a_grid_and_grad_through_the_config_s_rate() -> None:
+    batch = opx.stack([octo_kwargs(dropin, lr) for lr in RATES])
+
+    def loss_after(tx: Any) -> Any:
+        params, _ = _steps(tx, 3)
+        return jnp.sum(params["kernel"] ** 2)
+
+    losses = jax.jit(jax.vmap(loss_after))(batch)
+    for lr, loss in zip(RATES, losses):
+        chex.assert_trees_all_close(loss, loss_after(octo_kwargs(plain, lr)), rtol=1e-6)
+
+    tx = octo_kwargs(dropin, 1e-3)
+
+    def loss_of_rate(rate: Any) -> Any:
+        schedule = tx.learning_rate.replace(**{"kwargs['peak_value']": rate})
+        return loss_after(tx.replace(learning_rate=schedule))
+
+    grad = jax.grad(loss_of_rate)(jnp.float32(1e-3))
+    eps = 1e-4
+    numeric = (loss_of_rate(jnp.float32(1e-3 + eps)) - loss_of_rate(jnp.float32(1e-3 - eps))) / (2 * eps)
+    assert float(grad) != 0.0
+    chex.assert_trees_all_close(grad, numeric, rtol=2e-2)
+
+
+def test_a_number_needed_as_a_python_value_is_static_and_a_compared_one_guarded() -> None:
+    def stepped(optax: Any, lr: float, pieces: int = 3) -> Any:
+        config = ml_collections.ConfigDict({"lr": lr, "pieces": pieces, "warmup": 2})
+
+        def schedule(step: Any) -> Any:
+            value = config.lr * jnp.ones(())
+            if config.warmup > 0:
+                value = value * jnp.minimum(1.0, step / config.warmup)
+            for i in range(config.pieces):
+                value = jnp.where(step > 2 * (i + 1), value / 2.0, value)
+            return value
+
+        return optax.sgd(schedule)
+
+    tx = stepped(dropin, 0.1)
+    assert "config.pieces" in tx.learning_rate.detected_static_argnames
+    assert "config.lr" in tx.learning_rate.dynamic_argnames
+    chex.assert_trees_all_equal(_steps(tx, 8), _steps(stepped(plain, 0.1), 8))
+    assert jax.tree_util.tree_structure(stepped(dropin, 0.2)) == jax.tree_util.tree_structure(tx)
+    assert jax.tree_util.tree_structure(stepped(dropin, 0.1, 4)) != jax.tree_util.tree_structure(tx)
+
+
+def test_a_config_changed_after_the_build_is_an_error_naming_it() -> None:
+    def build(config: Any) -> Any:
+        return dropin.adam(lambda step: config.lr * jnp.minimum(1.0, step / config.warmup))
+
+    config = ml_collections.ConfigDict({"lr": 0.1, "warmup": 2})
+    tx = build(config)
+    state = tx.init(PARAMS)
+    tx.update(GRADS, state, PARAMS)
+    config.lr = 0.2
+    with pytest.raises(
+        ValueError, match=r"config\.lr = 0\.1 when the optimizer was made, and it is now 0\.2"
+    ):
+        tx.update(GRADS, state, PARAMS)
+    chex.assert_trees_all_equal(
+        _steps(build(config)), _steps(plain.adam(lambda s: 0.2 * jnp.minimum(1.0, s / 2)))
+    )
+
+
+class _Magic:
+    """A config whose look-ups are ``__getattr__`` magic: the mechanism does not replace them."""
+
+    def __init__(self, **values: Any):
+        self._values = values
+
+    def __getattr__(self, name: str) -> Any:
+        return self._values[name]
+
+
+def test_what_cannot_be_read_safely_keeps_the_object_static_and_the_numbers_right() -> None:
+    def build(optax: Any, lr: float) -> Any:
+        config = _Magic(lr=lr)
+        return optax.sgd(lambda step: config.lr / (1.0 + step))
+
+    with pytest.warns(
+        UserWarning, match=r"'learning_rate', the function .*build.*holds _Magic compared by identity"
+    ):
+        a = build(dropin, 0.1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per code location
+        b = build(dropin, 0.2)
+    assert "learning_rate" in a.static_argnames
+    assert jax.tree_util.tree_structure(a) != jax.tree_util.tree_structure(b)  # whole objects, by identity
+    chex.assert_trees_all_equal(_steps(a), _steps(build(plain, 0.1)))
+
+
+def test_reading_code_fails_closed_on_an_instruction_it_does_not_know(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # CPython 3.14 loads most locals with LOAD_FAST_BORROW: a reader that skipped
+    # it would miss reads of self, and two configs differing there would compare equal.
+    def method(self: Any) -> Any:
+        return self.lr * 2
+
+    assert _closures.paths_read(method.__code__, "self") == frozenset({(("attr", "lr"),)})
+    real = dis.get_instructions
+
+    def renamed(code: Any) -> Any:
+        for i in real(code):
+            yield (
+                i._replace(opname="LOAD_FAST_BORROW")
+                if i.opname in ("LOAD_FAST", "LOAD_FAST_LOAD_FAST")
+                else i
+            )
+
+    monkeypatch.setattr(_closures.dis, "get_instructions", renamed)
+    monkeypatch.setattr(_closures, "_NAMES_A_VARIABLE", _closures._NAMES_A_VARIABLE | {"LOAD_FAST_BORROW"})
+    _closures.paths_read.cache_clear()
+    try:
+        assert _closures.paths_read(method.__code__, "self") is None
+    finally:
+        _closures.paths_read.cache_clear()
+
+
+def test_two_configs_differing_only_where_read_are_distinct_static_values() -> None:
+    # A mask (not a schedule) stays static, compared by the values it reads.
+    def masked(threshold: int, name: str) -> Any:
+        config = types.SimpleNamespace(threshold=threshold, name=name)
+        return dropin.adamw(0.1, mask=lambda p: jax.tree.map(lambda x: x.ndim >= config.threshold, p))
+
+    assert jax.tree_util.tree_structure(masked(2, "a")) == jax.tree_util.tree_structure(masked(2, "b"))
+    assert jax.tree_util.tree_structure(masked(2, "a")) != jax.tree_util.tree_structure(masked(1, "a"))
