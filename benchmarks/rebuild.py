@@ -84,6 +84,37 @@ def make_optimizer(ox: ModuleType, lr: float, mask: Any = None, labels: Any = No
     )
 
 
+def make_optimizer_config(ox: ModuleType, config: Any) -> Any:
+    """The same builder, its schedule a closure over the program's config (an ml_collections
+    ``ConfigDict``, as scenic and flax's examples write it), made afresh on every call."""
+
+    def lr_fn(step: Any) -> Any:
+        warmup = jnp.minimum(1.0, step / config.schedule.warmup_steps)
+        progress = jnp.clip((step - config.schedule.warmup_steps) / config.schedule.decay_steps, 0.0, 1.0)
+        return config.lr * warmup * 0.5 * (1.0 + jnp.cos(jnp.pi * progress))
+
+    mask = lambda p: jax.tree.map(lambda x: x.ndim > 1, p)  # noqa: E731 - as the user's builder writes it
+    labels = lambda p: {k: "lion" if k in LION_GROUPS else "adamw" for k in p}  # noqa: E731
+    return ox.multi_transform(
+        {
+            "adamw": ox.chain(
+                ox.clip_by_global_norm(1.0), ox.adamw(lr_fn, weight_decay=config.weight_decay, mask=mask)
+            ),
+            "lion": ox.chain(ox.clip_by_global_norm(1.0), ox.lion(config.lr / 3)),
+        },
+        labels,
+    )
+
+
+def _config(lr: float) -> Any:
+    """The program's config for one value of the sweep (a new object each time, as a sweep makes it)."""
+    import ml_collections
+
+    return ml_collections.ConfigDict(
+        {"lr": lr, "weight_decay": WEIGHT_DECAY, "schedule": {"warmup_steps": WARMUP, "decay_steps": DECAY}}
+    )
+
+
 def make_optimizer_inject(lr: float) -> Any:
     """The same composition built with ``optax.inject_hyperparams`` (the mask a static argument)."""
     mask = lambda p: jax.tree.map(lambda x: x.ndim > 1, p)  # noqa: E731 - as the user's builder writes it
@@ -153,6 +184,9 @@ LLM_FRESH = "make_optimizer(lr), drop-in, fresh lambdas"
 LLM_HOISTED = "make_optimizer(lr), drop-in, hoisted mask/labels"
 LLM_INJECT = "make_optimizer(lr), inject_hyperparams"
 LLM_OPTAX = "make_optimizer(lr), plain optax"
+LLM_CONFIG = "make_optimizer(config), drop-in, schedule a closure over a ConfigDict"
+LLM_CONFIG_OPTAX = "make_optimizer(config), plain optax"
+CONFIG_COST = 1.2  # a fresh config closure against the same composition's rebuild with the rate given
 USE = " + first use"
 INIT = " + init"
 
@@ -162,6 +196,9 @@ SAME_COST = 1.1  # fresh lambdas against hoisted ones: the same cost, within 10%
 
 def _tables(lrs: Iterator[float], wds: Iterator[float], replaced: Any) -> list[Table]:
     ia, ix = "inject", "optax"
+    # The program makes its config for each value; that is its own cost (the same with plain
+    # optax), so the configs are made before the timing: each call a config it has not seen.
+    configs = itertools.cycle([_config(lr) for lr in itertools.islice(lrs, 2000)])
     return [
         Table(
             "rebuild",
@@ -235,8 +272,16 @@ def _tables(lrs: Iterator[float], wds: Iterator[float], replaced: Any) -> list[T
             "Fresh lambdas: mask and label function made inside the builder on every call; hoisted: "
             "the same builder given the same two objects every call. inject_hyperparams: the same "
             'composition with `inject_hyperparams(adamw, static_args=("mask",))` and '
-            "`inject_hyperparams(lion)`. Not waited for.",
-            {"hoisted": "hoisted mask/labels", ia: "inject_hyperparams", ix: "plain optax"},
+            "`inject_hyperparams(lion)`. Config closure: the same composition, its schedule a "
+            "warmup-cosine closure reading `config.lr` and `config.schedule.*` of an ml_collections "
+            "`ConfigDict`, one per value (made before the timing: a program makes its config "
+            "whichever optimizer it builds). Not waited for.",
+            {
+                "hoisted": "hoisted mask/labels",
+                "numbers": "the rate given to the drop-in's schedule",
+                ia: "inject_hyperparams",
+                ix: "plain optax",
+            },
             {
                 LLM_FRESH: Row(
                     lambda: make_optimizer(dropin, next(lrs)),
@@ -249,6 +294,12 @@ def _tables(lrs: Iterator[float], wds: Iterator[float], replaced: Any) -> list[T
                 ),
                 LLM_INJECT: Row(lambda: make_optimizer_inject(next(lrs)), {ix: LLM_OPTAX}),
                 LLM_OPTAX: Row(lambda: make_optimizer(optax, next(lrs))),
+                LLM_CONFIG: Row(
+                    lambda: make_optimizer_config(dropin, next(configs)),
+                    {"numbers": LLM_FRESH, ix: LLM_CONFIG_OPTAX},
+                    (("numbers", CONFIG_COST),),
+                ),
+                LLM_CONFIG_OPTAX: Row(lambda: make_optimizer_config(optax, next(configs))),
             },
         ),
         Table(
@@ -297,6 +348,7 @@ def _same_treedefs() -> dict[str, bool]:
     replaced = opx.wrap(optax.adamw, learning_rate=_wrap_schedule(LR0))
     return {
         WRAP_ADAM: same(lambda lr: opx.wrap(optax.adam, learning_rate=lr)),
+        LLM_CONFIG: same(lambda lr: make_optimizer_config(dropin, _config(lr))),
         WRAP_ADAMW: same(lambda lr: opx.wrap(optax.adamw, learning_rate=_wrap_schedule(lr))),
         WRAP_CHAIN: same(
             lambda lr: opx.wrap(

@@ -358,7 +358,7 @@ def classify(
     none may (the mechanism's own calls, ``dynamic_only``).
     """
     if options is NO_OPTIONS:
-        out = _classify_common(info, arguments)
+        out = _classify_common(info, arguments, make_child)
         if out is not None:
             return out
     if options.dynamic_only is not None:
@@ -366,13 +366,16 @@ def classify(
     return _classify(info, arguments, options, make_child)
 
 
-def _classify_common(info: FactoryInfo, arguments: dict[str, Any]) -> Classified | None:
+def _classify_common(
+    info: FactoryInfo, arguments: dict[str, Any], make_child: MakeChild | None
+) -> Classified | None:
     """:func:`classify` of the common values, no option given: on every rebuild, kept short.
 
     Python floats and integers (candidates), ``None`` and bools (static),
     wrapped values and containers of them only (children), functions that
     close over nothing (static: a mask or label function written in the
-    builder). Anything else: None, and :func:`_classify` decides, as it
+    builder), other callables (children where ``_closures`` makes them so,
+    else static). Anything else: None, and :func:`_classify` decides, as it
     would for these values.
     """
     out = Classified()
@@ -403,6 +406,18 @@ def _classify_common(info: FactoryInfo, arguments: dict[str, Any]) -> Classified
             key_parts.append((name, Role.CHILD, flat[0].key, shape))
             roles[name] = Role.CHILD
             children.append(name)
+        elif make_child is not None and callable(value) and kind is not type:
+            child = _closure_child(value, make_child)
+            if child is not None:  # a schedule written as a closure: its numbers are leaves (_closures)
+                value = child
+                key_parts.append((name, Role.CHILD, structure(child)))
+                roles[name] = Role.CHILD
+                children.append(name)
+            else:
+                frozen = _static.freeze(value)
+                key_parts.append((name, Role.STATIC, frozen))
+                roles[name] = Role.STATIC
+                _warn_identity(info, name, value, frozen)
         else:
             return None
         values[name] = value

@@ -127,8 +127,9 @@ def _follow(instructions: list[dis.Instruction], j: int) -> Path:
 
 
 @functools.lru_cache(maxsize=4096)
-def paths_read(code: types.CodeType, var: str) -> frozenset[Path] | None:
-    """The paths read of ``var`` in ``code`` and the functions it defines, or None (see the module).
+def paths_read(code: types.CodeType, var: str) -> tuple[Path, ...] | None:
+    """The paths read of ``var`` in ``code`` and the functions it defines, in order, or None (see
+    the module).
 
     Every path is non-empty: the variable is only ever looked into. Fails
     closed: an instruction that names the variable and is not a known load,
@@ -162,8 +163,8 @@ def paths_read(code: types.CodeType, var: str) -> frozenset[Path] | None:
             inner = paths_read(const, var)
             if inner is None:
                 return None
-            paths |= inner
-    return frozenset(paths)
+            paths.update(inner)
+    return tuple(sorted(paths, key=repr))
 
 
 def _closure_tuple(instructions: list[dis.Instruction], k: int) -> bool:
@@ -203,7 +204,19 @@ _MISSING = object()
 
 
 def _type_named(value: Any, *names: str) -> bool:
-    return any(f"{c.__module__}.{c.__qualname__}" in names for c in type(value).__mro__)
+    return not _names_of(type(value)).isdisjoint(names)
+
+
+@functools.lru_cache(maxsize=1024)
+def _names_of(cls: type) -> frozenset[str]:
+    """The full names of a class and its bases (its kind, told without importing its library)."""
+    return frozenset(f"{c.__module__}.{c.__qualname__}" for c in cls.__mro__)
+
+
+@functools.lru_cache(maxsize=4096)
+def _on_class(cls: type, name: str) -> Any:
+    """``name`` as the class holds it (``inspect.getattr_static``), once per class and name."""
+    return inspect.getattr_static(cls, name, _MISSING)
 
 
 _CONFIG_DICTS = (
@@ -231,7 +244,7 @@ class _Attribute(NamedTuple):
 def _attribute(obj: Any, name: str) -> _Attribute:
     cls = type(obj)
     if _type_named(obj, *_CONFIG_DICTS):
-        if name.startswith("_") or inspect.getattr_static(cls, name, _MISSING) is not _MISSING:
+        if name.startswith("_") or _on_class(cls, name) is not _MISSING:
             raise _Fail  # one of its methods or its own state
         return _Attribute("value", getattr(obj, name))
     if isinstance(obj, tuple) and hasattr(cls, "_fields"):
@@ -240,7 +253,7 @@ def _attribute(obj: Any, name: str) -> _Attribute:
         return _Attribute("value", getattr(obj, name))
     if isinstance(obj, (dict, list, tuple, type, types.ModuleType)) or not _plain_class(cls):
         raise _Fail
-    found = inspect.getattr_static(cls, name, _MISSING)
+    found = _on_class(cls, name)
     own = getattr(obj, "__dict__", {})
     if name in own and not _is_data_descriptor(found):
         return _Attribute("value", own[name])
@@ -306,14 +319,14 @@ class _Code(NamedTuple):
     function: types.FunctionType
 
 
-def _plan(obj: Any, paths: frozenset[Path] | None, depth: int, at: Path = ()) -> _Node | None:
+def _plan(obj: Any, paths: tuple[Path, ...] | None, depth: int, at: Path = ()) -> _Node | None:
     """The look-ups ``paths`` make of ``obj`` (itself read along ``at``), or None where one
     cannot be replaced safely."""
     if paths is None or depth > _MAX_DEPTH:
         return None
     node = _Node()
     try:
-        for path in sorted(paths, key=repr):
+        for path in paths:
             _add(node, obj, path, depth, at)
     except _Fail:
         return None
@@ -799,15 +812,19 @@ def child(fn: Any, make: Callable[[Any, dict[str, Any]], Any], freeze: Callable[
     if captured is None:
         return None
     f = captured.function
+    defaults, kwdefaults, attributes = f.__defaults__, f.__kwdefaults__, f.__dict__
     key = (
         f.__code__,
         _Identity(f.__globals__),
-        freeze(f.__defaults__),
-        freeze(f.__kwdefaults__),
-        freeze(dict(f.__dict__)),
+        None if defaults is None else freeze(defaults),
+        None if kwdefaults is None else freeze(kwdefaults),
+        freeze(dict(attributes)) if attributes else None,
         ClosureFactory.shape(captured),
     )
-    factory = ClosureFactory(captured, key)
+    factory = _FACTORIES.get(key)
+    if factory is None:
+        factory = ClosureFactory(captured, key)
+        _FACTORIES.set(key, factory)
     wrapped = make(factory, captured.values)
     if wrapped is None:
         return None
@@ -823,6 +840,7 @@ def child(fn: Any, make: Callable[[Any, dict[str, Any]], Any], freeze: Callable[
 
 
 _SCHEDULE_LIKE = cache("spec of a closure's child -> whether the callable is a schedule", 1024)
+_FACTORIES = cache("a recipe's key -> its ClosureFactory (one per recipe, as builders make it anew)", 1024)
 
 
 class _Identity:

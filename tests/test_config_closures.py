@@ -497,7 +497,7 @@ def test_reading_code_fails_closed_on_an_instruction_it_does_not_know(
     def method(self: Any) -> Any:
         return self.lr * 2
 
-    assert _closures.paths_read(method.__code__, "self") == frozenset({(("attr", "lr"),)})
+    assert _closures.paths_read(method.__code__, "self") == ((("attr", "lr"),),)
     real = dis.get_instructions
 
     def renamed(code: Any) -> Any:
