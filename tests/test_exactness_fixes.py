@@ -1,0 +1,98 @@
+"""Regressions of issue 35 ("Also measured"): exact numbers, plain optax's errors, the smallest static part.
+
+- A mask of another container than a dict (a flax ``FrozenDict``, given as a
+  tree or returned by a mask function) told the probe nothing of the
+  parameters' structure: it never ran ``init``/``update``, carried no host
+  values, and ``1 - b2`` was computed in float32.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import chex
+import jax
+import jax.numpy as jnp
+import optax as plain_optax
+import pytest
+
+import optax_pytree.optax as dropin
+
+
+def _frozen(tree: Any) -> Any:
+    return pytest.importorskip("flax.core.frozen_dict").freeze(tree)
+
+
+def _params() -> dict[str, Any]:
+    return {
+        "b": jnp.array([0.1, 0.2, -0.3]),
+        "w": jnp.linspace(-1.0, 1.0, 12).reshape(4, 3),
+        "enc": {"k": jnp.ones((2, 3)), "z": jnp.array([0.5, 0.25])},
+    }
+
+
+def _loss(params: Any) -> Any:
+    return sum((jnp.sum((x - 0.3) ** 2 * 1.7) for x in jax.tree_util.tree_leaves(params)), jnp.zeros(()))
+
+
+def _eager_steps(tx: Any, params: Any, steps: int = 3) -> tuple[Any, Any]:
+    """``steps`` eager optimizer steps on :func:`_loss`: (params, state)."""
+    state = tx.init(params)
+    for _ in range(steps):
+        updates, state = tx.update(jax.grad(_loss)(params), state, params)
+        params = plain_optax.apply_updates(params, updates)
+    return params, state
+
+
+def _frozen_decay_mask(params: Any) -> Any:
+    # VDM's ``decay_mask_fn``: no weight decay on biases and scales, as a FrozenDict.
+    return _frozen(jax.tree_util.tree_map(lambda x: x.ndim != 1, params))
+
+
+def test_a_mask_function_returning_a_frozen_dict_is_plain_optax_bit_for_bit_eagerly() -> None:
+    params = _frozen(_params())
+    tx = dropin.adamw(1e-3, weight_decay=1e-4, mask=_frozen_decay_mask)
+    assert tx.exact  # ``1 - b1``, ``1 - b2``: Python's, carried
+    expected = _eager_steps(plain_optax.adamw(1e-3, weight_decay=1e-4, mask=_frozen_decay_mask), params)
+    chex.assert_trees_all_equal(_eager_steps(tx, params), expected)
+
+
+def _compound_schedule(base_learning_rate: float, warmup_steps: int, total_steps: int) -> Any:
+    # scenic's compound schedule (constant * linear_warmup * cosine_decay).
+    def step_fn(step: Any) -> Any:
+        ratio = base_learning_rate * jnp.minimum(1.0, step / warmup_steps)
+        progress = jnp.maximum(0.0, (step - warmup_steps) / total_steps)
+        ratio *= jnp.maximum(0.0, 0.5 * (1.0 + jnp.cos(jnp.pi * (progress % 1.0))))
+        return jnp.asarray(ratio, dtype=jnp.float32)
+
+    return step_fn
+
+
+def _layerwise_decay(optax: Any, params: Any, layers: int = 4, decay: float = 0.75) -> Any:
+    # scenic centernet's ``optimizer_with_layerwise_decay``: a group per
+    # layer, each clip + adamw with its own rate and the weight-decay mask
+    # ``tree_map(lambda x: x.ndim != 1, params)`` (a FrozenDict of FrozenDict
+    # parameters), the layer map a FrozenDict.
+    mask = jax.tree_util.tree_map(lambda x: x.ndim != 1, params)
+    groups = {
+        i: optax.chain(
+            optax.clip_by_global_norm(1.0),
+            optax.adamw(
+                _compound_schedule(2e-3 * decay ** (layers - i), 2, 10),
+                b1=0.9,
+                b2=0.999,
+                eps=1e-8,
+                weight_decay=1e-4,
+                mask=mask,
+            ),
+        )
+        for i in range(layers)
+    }
+    return optax.multi_transform(groups, _frozen({"b": 0, "w": 1, "enc": {"k": 2, "z": 3}}))
+
+
+def test_adamw_groups_of_a_multi_transform_with_frozen_dict_masks_are_plain_optax_bit_for_bit() -> None:
+    params = _frozen(_params())
+    tx = _layerwise_decay(dropin, params)
+    expected = _eager_steps(_layerwise_decay(plain_optax, params), params)
+    chex.assert_trees_all_equal(_eager_steps(tx, params), expected)
