@@ -96,3 +96,37 @@ def test_adamw_groups_of_a_multi_transform_with_frozen_dict_masks_are_plain_opta
     tx = _layerwise_decay(dropin, params)
     expected = _eager_steps(_layerwise_decay(plain_optax, params), params)
     chex.assert_trees_all_equal(_eager_steps(tx, params), expected)
+
+
+def _decay_mask_of_another_model(params: Any) -> Any:
+    # Written for a model with a LayerNorm: the parameters trained here have none.
+    return {
+        "Dense_0": jax.tree_util.tree_map(lambda x: x.ndim > 1, params["Dense_0"]),
+        "LayerNorm_0": {"bias": False, "scale": False},
+    }
+
+
+def _raised(fn: Any, *args: Any) -> tuple[type[BaseException], str]:
+    with pytest.raises(Exception) as info:  # any: compared with plain optax's
+        fn(*args)
+    return type(info.value), str(info.value)
+
+
+@pytest.mark.parametrize("where", ["init", "update"])
+def test_a_mask_that_does_not_fit_the_params_raises_plain_optaxs_error(where: str) -> None:
+    params = {"Dense_0": {"bias": jnp.zeros(3), "kernel": jnp.ones((4, 3))}}
+    state = plain_optax.adamw(1e-3, weight_decay=1e-4).init(params)  # the mask fails before it is read
+
+    def call(tx: Any, params: Any) -> Any:
+        return tx.init(params) if where == "init" else tx.update(params, state, params)
+
+    def adamw(optax: Any) -> Any:
+        return optax.adamw(1e-3, weight_decay=1e-4, mask=_decay_mask_of_another_model)
+
+    expected = _raised(call, adamw(plain_optax), params)
+    assert expected[0] is ValueError and "pytree structure" in expected[1]
+    tx = adamw(dropin)
+    assert _raised(call, tx, params) == expected
+    assert _raised(jax.jit(call), tx, params) == _raised(
+        jax.jit(call, static_argnums=0), adamw(plain_optax), params
+    )
