@@ -7,10 +7,12 @@ exceptions and warnings are optax's, on every wrap; children are handed to
 it as what their own factories returned, ``plain_child``), finds the
 analysis of this configuration and branch (cached per configuration in
 ``_spec``, else probed by ``_detect`` and verified bit for bit by
-``_verify``, bisecting a difference to the argument that must be static;
-both run quietly, see ``_quiet``), checks the leaves take the branches their
-Python values took, interns the static configuration (``_spec``), and
-computes the host values the object carries (see ``_guard.Guarded.exact``).
+``_verify``, bisecting a difference to the argument that must be static,
+into the children's own arguments where the configuration's own do not
+remove it; both run quietly, see ``_quiet``), checks the leaves take the
+branches their Python values took, interns the static configuration
+(``_spec``), and computes the host values the object carries (see
+``_guard.Guarded.exact``).
 From Python numbers, the leaf arrays themselves are made when the object is
 first used (``_leaves.Pending``). It returns a :class:`Made`; ``_tree.new``
 makes the object from it. The object (``_tree``) calls this for ``replace``
@@ -178,6 +180,7 @@ def _analyse(info: FactoryInfo, classified: Classified, base: dict[str, Any], ki
                 _not_static(classified),
                 "optax_pytree could not rebuild it from leaves that compute what it computes with "
                 f"the values given, even with every numeric argument static ({found})",
+                descend=bool(classified.children),
             )
         while hi - lo > 1:
             mid = (lo + hi) // 2
@@ -208,13 +211,115 @@ class ForcedDynamicError(TypeError):
 
 
 class Degrade(Exception):
-    """The mechanism cannot honour ``names`` for these values: they become static (``make``)."""
+    """The mechanism cannot honour ``names`` for these values: they become static (``make``).
 
-    def __init__(self, names: tuple[str, ...], why: str, remember: bool = True):
+    ``descend``: the difference stays with every numeric argument of the
+    configuration's own static, so it may be a wrapped child's: ``make``
+    first looks for the fewest arguments of its children (at any depth) to
+    make static instead (:func:`_smallest_inner_static`).
+    """
+
+    def __init__(self, names: tuple[str, ...], why: str, remember: bool = True, descend: bool = False):
         super().__init__(why)
         self.names = names
         self.why = why
         self.remember = remember  # for the whole configuration (else these values only)
+        self.descend = descend
+
+
+class Inner(NamedTuple):
+    """An argument of a wrapped object inside a configuration's children, made static."""
+
+    # From the configuration down to that object: (argument, key path inside
+    # its value), one per level (``opt``, then ``learning_rate``).
+    steps: tuple[tuple[str, Any], ...]
+    name: str  # the argument of that object
+    owner: str  # that object's factory, for the warning
+
+    def text(self) -> str:
+        where = ".".join(arg + jax.tree_util.keystr(path) for arg, path in self.steps)
+        return f"argument {self.name!r} of {where} ({self.owner})"
+
+
+def inner_arguments(arguments: dict[str, Any], roles: dict[str, Any]) -> list[Inner]:
+    """The dynamic arguments of the wrapped objects in the children of ``arguments``, at any
+    depth, each object's before its own children's."""
+    out: list[Inner] = []
+    for arg, role in roles.items():
+        if role != Role.CHILD:
+            continue
+        for path, w in jax.tree_util.tree_flatten_with_path(arguments[arg], is_leaf=is_wrapped)[0]:
+            if not is_wrapped(w):
+                continue
+            spec = w._core.spec
+            here = ((arg, path),)
+            out += [Inner(here, n, spec.info.name) for n, r in spec.roles.items() if r == Role.DYNAMIC]
+            nested = {n: w._core.argument(n) for n, r in spec.roles.items() if r == Role.CHILD}
+            out += [Inner((*here, *i.steps), i.name, i.owner) for i in inner_arguments(nested, spec.roles)]
+    return out
+
+
+def with_inner_static(arguments: dict[str, Any], marks: tuple[Inner, ...]) -> dict[str, Any]:
+    """``arguments`` with the wrapped objects in their children remade with ``marks`` static."""
+    from ._tree import make as wrapped_object  # the object's module imports this one
+
+    by_arg: dict[str, list[Inner]] = {}
+    for mark in marks:
+        by_arg.setdefault(mark.steps[0][0], []).append(mark)
+    out = dict(arguments)
+    for arg, group in by_arg.items():
+
+        def remade(path: Any, w: Any, group: list[Inner] = group) -> Any:
+            mine = [m for m in group if m.steps[0][1] == path]
+            if not mine or not is_wrapped(w):
+                return w
+            core = w._core
+            spec = core.spec
+            own = [m.name for m in mine if len(m.steps) == 1]
+            deeper = tuple(m._replace(steps=m.steps[1:]) for m in mine if len(m.steps) > 1)
+            values = {**w.hyperparams, **core.python}
+            values = with_inner_static(values, deeper) if deeper else values
+            with _quiet.quietly():  # the user made it once already: its factory's warnings were given
+                return wrapped_object(spec.info, values, spec.options.with_marks(own, ()))
+
+        out[arg] = jax.tree_util.tree_map_with_path(remade, arguments[arg], is_leaf=is_wrapped)
+    return out
+
+
+def _smallest_inner_static(
+    info: FactoryInfo, arguments: dict[str, Any], options: Options
+) -> tuple[Inner, ...] | None:
+    """The fewest arguments of the children (at any depth) that, made static, let the
+    configuration be verified; None if even all of them do not.
+
+    Bisection, as for the configuration's own arguments (``_analyse``): the
+    shortest prefix of the children's arguments that works; its last is
+    static; again with that one static, until nothing else is needed.
+    """
+    order = inner_arguments(arguments, classify(info, arguments, options).roles)
+
+    def works(marks: tuple[Inner, ...]) -> bool:
+        try:
+            with _quiet.quietly():
+                _make(info, with_inner_static(arguments, marks), options, None, None, quiet=True)
+        except Exception:  # noqa: BLE001 - Degrade, or any failure of a trial: not these
+            return False
+        return True
+
+    if not order or not works(tuple(order)):
+        return None
+    fixed: tuple[Inner, ...] = ()
+    while not (fixed and works(fixed)):
+        # Invariant: fixed + order[:hi] works, fixed + order[:lo] does not.
+        lo, hi = 0, len(order)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if works((*fixed, *order[:mid])):
+                hi = mid
+            else:
+                lo = mid
+        fixed, order = (*fixed, order[hi - 1]), order[: hi - 1]
+    return fixed
 
 
 _SPECIALIZED = "it takes as a leaf an exponent XLA specializes as a constant: "
@@ -389,31 +494,48 @@ def make(
     Never refuses what plain optax accepts: where the mechanism cannot honour
     a part of the configuration (the verification finds a difference it
     cannot bisect to a numeric argument, the analysis itself fails, a value
-    whose leaf would take another branch), that part becomes static, with one
-    warning that says which and why, and the object works as plain optax
-    does (a new value of a static argument is a new compilation).
+    whose leaf would take another branch), that part becomes static, the
+    smallest that does (an argument of a child, at any depth, rather than the
+    child whole: :func:`_smallest_inner_static`), with one warning that says
+    which and why, and the object works as plain optax does (a new value of
+    a static argument is a new compilation).
     """
     static: list[str] = []  # made static so far (each round can find another part)
+    inner: tuple[Inner, ...] = ()  # arguments of children made static so far
+    descended = False
     while True:
         marked = options.with_marks(static, ()) if static else options
+        given = with_inner_static(arguments, inner) if inner else arguments
         try:
             # After the first round the factory was called for the user: quietly.
-            return _make(info, arguments, marked, previous, kept, quiet=bool(static))
+            return _make(info, given, marked, previous, kept, quiet=bool(static or inner))
         except Degrade as d:
-            names = [n for n in d.names if n in arguments and n not in static]
-            if not names:  # nothing left to make static: cannot happen, but never loop
-                raise TypeError(f"{info.name}: {d.why}") from None
-            if d.remember:
-                key = classify(info, arguments, marked).analysis_key
-                _spec.remember_degraded(key, (tuple(names), d.why))
-            _warn_degraded(info, names, d.why)
-            static += names
+            found = None
+            if d.descend and not descended:
+                # The smallest part first: arguments of the children, not the children whole.
+                descended = True
+                found = _smallest_inner_static(info, given, marked)
+            if found:
+                parts = [m.text() for m in found]
+                inner = (*inner, *found)
+            else:
+                names = [n for n in d.names if n in arguments and n not in static]
+                if not names:  # nothing left to make static: cannot happen, but never loop
+                    raise TypeError(f"{info.name}: {d.why}") from None
+                parts = [_bind.which(names)]
+                static += names
+            if d.remember:  # all of it, for the configuration as the user gives it
+                key = classify(info, arguments, options).analysis_key
+                _spec.remember_degraded(key, (tuple(static), d.why, inner))
+            _warn_degraded(info, parts, d.why)
 
 
-def _warn_degraded(info: FactoryInfo, names: list[str], why: str) -> None:
+def _warn_degraded(info: FactoryInfo, parts: list[str], why: str) -> None:
+    """``parts``: what is made static, in words (``arguments ['a', 'b']``, ``argument 'shift' of ...``)."""
+    plural = len(parts) > 1 or parts[0].startswith("arguments")
     warnings.warn(
-        f"optax_pytree: {info.name}: {why}; so {_bind.which(names)} "
-        f"{'is' if len(names) == 1 else 'are'} static for these values: the object computes what "
+        f"optax_pytree: {info.name}: {why}; so {', '.join(parts)} "
+        f"{'are' if plural else 'is'} static for these values: the object computes what "
         "plain optax computes, and a new value of a static argument is a new compilation",
         stacklevel=_user_stacklevel(),
     )
@@ -444,7 +566,9 @@ def _make(
     if spec is None:
         degraded = _spec.degraded(classified.analysis_key)
         if degraded is not None:  # the mechanism could not honour this configuration: static
-            options = options.with_marks(degraded[0], ())
+            names, _, inner = degraded
+            arguments = with_inner_static(arguments, inner) if inner else arguments
+            options = options.with_marks(names, ())
             classified = classify(info, arguments, options)
     base = _base(classified)
     # Traced values (wrap or replace inside jit, optax.inject_hyperparams

@@ -345,15 +345,16 @@ def remember_verified_static(key: Any, names: tuple[str, ...]) -> None:
 
 
 # Configurations the mechanism could not honour (``_pipeline.Degrade``): the
-# arguments made static, and why (said once, when found).
-_DEGRADED = cache("analysis key -> (the arguments made static, why)", 1024)
+# arguments made static, why (said once, when found), and the arguments of
+# wrapped children made static instead of the children whole (``_pipeline.Inner``).
+_DEGRADED = cache("analysis key -> (the arguments made static, why, the children's made static)", 1024)
 
 
-def degraded(key: Any) -> tuple[tuple[str, ...], str] | None:
+def degraded(key: Any) -> tuple[tuple[str, ...], str, tuple[Any, ...]] | None:
     return _DEGRADED.get(key)
 
 
-def remember_degraded(key: Any, found: tuple[tuple[str, ...], str]) -> None:
+def remember_degraded(key: Any, found: tuple[tuple[str, ...], str, tuple[Any, ...]]) -> None:
     _DEGRADED.set(key, found)
 
 

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import chex
@@ -15,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import optax as plain_optax
 import pytest
+from helpers import counting_jit
 
 import optax_pytree.optax as dropin
 
@@ -130,3 +132,42 @@ def test_a_mask_that_does_not_fit_the_params_raises_plain_optaxs_error(where: st
     assert _raised(jax.jit(call), tx, params) == _raised(
         jax.jit(call, static_argnums=0), adamw(plain_optax), params
     )
+
+
+def _rsqrt_schedule(learning_rate: float, warmup: int, shift: int) -> Any:
+    # nanodo's adamw_mup: a linear warmup, then a reciprocal square root decay from ``shift``.
+    def schedule(count: Any) -> Any:
+        warm = jnp.minimum(1.0, (count + 1) / warmup)
+        return learning_rate * warm * (count + shift) ** -0.5 * shift**0.5
+
+    return schedule
+
+
+def _accumulated_adamw(optax: Any, rate: float) -> Any:
+    schedule = _rsqrt_schedule(rate, 2, 3)
+    return optax.MultiSteps(optax.adamw(schedule, b2=0.98, eps=1e-9, weight_decay=1e-4), every_k_schedule=2)
+
+
+def _step(tx: Any, params: Any, state: Any) -> tuple[Any, Any]:
+    updates, state = tx.update(jax.grad(_loss)(params), state, params)
+    return plain_optax.apply_updates(params, updates), state
+
+
+def test_only_the_closure_cell_the_verification_needs_is_static_and_a_sweep_compiles_once() -> None:
+    params = _params()
+    step, traces = counting_jit(_step)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for rate in (1e-3, 2e-3, 3e-3):
+            tx = _accumulated_adamw(dropin, rate)
+            expected = _eager_steps(_accumulated_adamw(plain_optax, rate), params)
+            chex.assert_trees_all_equal(_eager_steps(tx, params), expected)
+            got, state = params, tx.init(params)
+            for _ in range(3):
+                got, state = step(tx, got, state)
+    assert traces == [1]
+    ours = [str(w.message) for w in caught if str(w.message).startswith("optax_pytree:")]
+    assert all("argument 'shift' of opt.learning_rate" in m for m in ours), ours
+    leaves = [jax.tree_util.keystr(k) for k, _ in jax.tree_util.tree_flatten_with_path(tx)[0]]
+    assert ".opt.learning_rate.learning_rate" in leaves  # the swept rate, a leaf
+    assert ".opt.learning_rate.shift" not in leaves
