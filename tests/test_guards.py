@@ -327,7 +327,7 @@ def _needs_params_x_and_an_int(n: int) -> optax.GradientTransformation:
     return optax.GradientTransformation(init, needs_params_x(n).update)
 
 
-def test_undecided_configuration_names_its_dynamic_arguments_on_a_failure_of_the_mechanism() -> None:
+def test_undecided_configuration_names_its_dynamic_arguments_on_a_failure_plain_optax_has_not() -> None:
     tx = opx.wrap(_needs_params_x_and_an_int, 3)
     assert tx._core.spec.undecided
     with pytest.raises(TypeError, match=r"argument 'n' was not checked.*static_argnames=\('n',\)") as info:
@@ -337,10 +337,7 @@ def test_undecided_configuration_names_its_dynamic_arguments_on_a_failure_of_the
     if cause is not None and type(cause).__name__ == "SimplifiedTraceback":
         cause = cause.__cause__
     assert isinstance(cause, ValueError)
-
-
-def test_undecided_configuration_lets_an_error_plain_optax_raises_too_stand() -> None:
-    # The parameters lack "x": plain optax's own KeyError, not the mechanism's.
+    # The parameters lack "x": plain optax's own KeyError, not the mechanism's, stands.
     with pytest.raises(KeyError) as plain:
         needs_params_x(3).init({"y": jnp.ones(2)})
     tx = opx.wrap(needs_params_x, 3)
