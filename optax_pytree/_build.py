@@ -308,18 +308,15 @@ def _fails_alike_with_python_values(
     the one the analysis was made with (``Analysis.example``). Without one,
     it cannot tell (False).
     """
-    values = arguments(spec, leaves, build_children=True)
-    example = spec.analysis.example
+    python: dict[str, Any] = {}
     for name in spec.leaf_names:
-        if spec.roles[name] != Role.DYNAMIC:
-            continue
-        value = _leaves.value_as_given(leaves[spec.leaf_index[name]])
-        if value is None:
-            value = example.get(name)
-        if value is None:
-            return False
-        values[name] = _leaves.value_as_static(value)
+        if spec.roles[name] == Role.DYNAMIC:
+            value = _leaves.value_as_given(leaves[spec.leaf_index[name]])
+            python[name] = spec.analysis.example.get(name) if value is None else value
+    if any(v is None for v in python.values()):
+        return False
     try:
+        values = {**arguments(spec, leaves, build_children=True), **python}
         built = _bind.call_quietly(spec.info, values)
         with _quiet.quietly():
             again(as_transformation(built) if spec.kind is Kind.TRANSFORMATION else built)

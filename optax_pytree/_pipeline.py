@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from . import _bind, _build, _carry, _checks, _detect, _disk, _expr, _leaves, _quiet, _spec, _verify
+from . import _bind, _build, _carry, _checks, _descend, _detect, _disk, _expr, _leaves, _quiet, _spec, _verify
 from ._bind import FactoryInfo, is_wrapped
 from ._classify import Classified, Options, classify
 from ._spec import Analysis
@@ -227,99 +227,22 @@ class Degrade(Exception):
         self.descend = descend
 
 
-class Inner(NamedTuple):
-    """An argument of a wrapped object inside a configuration's children, made static."""
-
-    # From the configuration down to that object: (argument, key path inside
-    # its value), one per level (``opt``, then ``learning_rate``).
-    steps: tuple[tuple[str, Any], ...]
-    name: str  # the argument of that object
-    owner: str  # that object's factory, for the warning
-
-    def text(self) -> str:
-        where = ".".join(arg + jax.tree_util.keystr(path) for arg, path in self.steps)
-        return f"argument {self.name!r} of {where} ({self.owner})"
-
-
-def inner_arguments(arguments: dict[str, Any], roles: dict[str, Any]) -> list[Inner]:
-    """The dynamic arguments of the wrapped objects in the children of ``arguments``, at any
-    depth, each object's before its own children's."""
-    out: list[Inner] = []
-    for arg, role in roles.items():
-        if role != Role.CHILD:
-            continue
-        for path, w in jax.tree_util.tree_flatten_with_path(arguments[arg], is_leaf=is_wrapped)[0]:
-            if not is_wrapped(w):
-                continue
-            spec = w._core.spec
-            here = ((arg, path),)
-            out += [Inner(here, n, spec.info.name) for n, r in spec.roles.items() if r == Role.DYNAMIC]
-            nested = {n: w._core.argument(n) for n, r in spec.roles.items() if r == Role.CHILD}
-            out += [Inner((*here, *i.steps), i.name, i.owner) for i in inner_arguments(nested, spec.roles)]
-    return out
-
-
-def with_inner_static(arguments: dict[str, Any], marks: tuple[Inner, ...]) -> dict[str, Any]:
-    """``arguments`` with the wrapped objects in their children remade with ``marks`` static."""
-    from ._tree import make as wrapped_object  # the object's module imports this one
-
-    by_arg: dict[str, list[Inner]] = {}
-    for mark in marks:
-        by_arg.setdefault(mark.steps[0][0], []).append(mark)
-    out = dict(arguments)
-    for arg, group in by_arg.items():
-
-        def remade(path: Any, w: Any, group: list[Inner] = group) -> Any:
-            mine = [m for m in group if m.steps[0][1] == path]
-            if not mine or not is_wrapped(w):
-                return w
-            core = w._core
-            spec = core.spec
-            own = [m.name for m in mine if len(m.steps) == 1]
-            deeper = tuple(m._replace(steps=m.steps[1:]) for m in mine if len(m.steps) > 1)
-            values = {**w.hyperparams, **core.python}
-            values = with_inner_static(values, deeper) if deeper else values
-            with _quiet.quietly():  # the user made it once already: its factory's warnings were given
-                return wrapped_object(spec.info, values, spec.options.with_marks(own, ()))
-
-        out[arg] = jax.tree_util.tree_map_with_path(remade, arguments[arg], is_leaf=is_wrapped)
-    return out
-
-
 def _smallest_inner_static(
     info: FactoryInfo, arguments: dict[str, Any], options: Options
-) -> tuple[Inner, ...] | None:
+) -> tuple[_descend.Inner, ...] | None:
     """The fewest arguments of the children (at any depth) that, made static, let the
-    configuration be verified; None if even all of them do not.
+    configuration be verified (``_descend.smallest``); None if even all of them do not."""
 
-    Bisection, as for the configuration's own arguments (``_analyse``): the
-    shortest prefix of the children's arguments that works; its last is
-    static; again with that one static, until nothing else is needed.
-    """
-    order = inner_arguments(arguments, classify(info, arguments, options).roles)
-
-    def works(marks: tuple[Inner, ...]) -> bool:
+    def works(marks: tuple[_descend.Inner, ...]) -> bool:
         try:
             with _quiet.quietly():
-                _make(info, with_inner_static(arguments, marks), options, None, None, quiet=True)
+                _make(info, _descend.with_inner_static(arguments, marks), options, None, None, quiet=True)
         except Exception:  # noqa: BLE001 - Degrade, or any failure of a trial: not these
             return False
         return True
 
-    if not order or not works(tuple(order)):
-        return None
-    fixed: tuple[Inner, ...] = ()
-    while not (fixed and works(fixed)):
-        # Invariant: fixed + order[:hi] works, fixed + order[:lo] does not.
-        lo, hi = 0, len(order)
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if works((*fixed, *order[:mid])):
-                hi = mid
-            else:
-                lo = mid
-        fixed, order = (*fixed, order[hi - 1]), order[: hi - 1]
-    return fixed
+    order = _descend.inner_arguments(arguments, classify(info, arguments, options).roles)
+    return _descend.smallest(order, works)
 
 
 _SPECIALIZED = "it takes as a leaf an exponent XLA specializes as a constant: "
@@ -501,11 +424,11 @@ def make(
     a static argument is a new compilation).
     """
     static: list[str] = []  # made static so far (each round can find another part)
-    inner: tuple[Inner, ...] = ()  # arguments of children made static so far
+    inner: tuple[_descend.Inner, ...] = ()  # arguments of children made static so far
     descended = False
     while True:
         marked = options.with_marks(static, ()) if static else options
-        given = with_inner_static(arguments, inner) if inner else arguments
+        given = _descend.with_inner_static(arguments, inner) if inner else arguments
         try:
             # After the first round the factory was called for the user: quietly.
             return _make(info, given, marked, previous, kept, quiet=bool(static or inner))
@@ -567,7 +490,7 @@ def _make(
         degraded = _spec.degraded(classified.analysis_key)
         if degraded is not None:  # the mechanism could not honour this configuration: static
             names, _, inner = degraded
-            arguments = with_inner_static(arguments, inner) if inner else arguments
+            arguments = _descend.with_inner_static(arguments, inner) if inner else arguments
             options = options.with_marks(names, ())
             classified = classify(info, arguments, options)
     base = _base(classified)
