@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from . import _bind, _checks, _detach, _expr, _guard, _leaves
+from . import _bind, _checks, _detach, _expr, _guard, _leaves, _quiet
 from ._bind import is_wrapped
 from ._caches import cache
 from ._spec import Spec
@@ -230,11 +230,21 @@ def _guarded_schedule(schedule: Any, ok: Any) -> Any:
     return guarded
 
 
-def raise_traced_failure(e: Exception, spec: Spec, leaves: tuple[Any, ...], where: str) -> None:
+def raise_traced_failure(
+    e: Exception,
+    spec: Spec,
+    leaves: tuple[Any, ...],
+    where: str,
+    again: Callable[[Any], Any] = _identity,
+) -> None:
     """Turns "a dynamic argument had to be concrete" into an error that names it.
 
     Where the probe could not run ``init``/``update`` (``spec.undecided``),
-    any failure names the dynamic arguments it could not check.
+    a failure names the dynamic arguments it could not check, unless plain
+    optax fails so too: ``again`` (what failed, given what the factory
+    returned) is run with every dynamic argument a Python value, and an
+    error of the same type and message is plain optax's (a mask that does
+    not fit the parameters): it stands, as optax raises it.
     """
     if isinstance(e, _guard.GuardError):
         return  # names its argument already
@@ -271,6 +281,8 @@ def raise_traced_failure(e: Exception, spec: Spec, leaves: tuple[Any, ...], wher
             "could not run init/update for this configuration" if spec.undecided else "did not catch it"
         )
     elif spec.undecided and dynamic:
+        if _fails_alike_with_python_values(e, spec, leaves, again):
+            return  # the user's error, as plain optax raises it
         culprits = dynamic
         why = "was not checked: it is dynamic and may need to be a concrete Python value"
         detection = (
@@ -284,6 +296,33 @@ def raise_traced_failure(e: Exception, spec: Spec, leaves: tuple[Any, ...], wher
         f"{spec.info.name}: {which} {why} ({where} failed: {type(e).__name__}: {first_line(text)}). "
         f"Automatic static detection {detection}; {_bind.mark_static(spec.info.name, culprits[:1])}."
     ) from e
+
+
+def _fails_alike_with_python_values(
+    e: Exception, spec: Spec, leaves: tuple[Any, ...], again: Callable[[Any], Any]
+) -> bool:
+    """Whether the factory, with a Python value for every dynamic argument, then ``again``
+    fails as ``e`` did (same type, same message): then ``e`` is plain optax's error.
+
+    The values: a concrete scalar leaf's own, else (traced, inside ``jit``)
+    the one the analysis was made with (``Analysis.example``). Without one,
+    it cannot tell (False).
+    """
+    python: dict[str, Any] = {}
+    for name in spec.leaf_names:
+        if spec.roles[name] == Role.DYNAMIC:
+            value = _leaves.value_as_given(leaves[spec.leaf_index[name]])
+            python[name] = spec.analysis.example.get(name) if value is None else value
+    if any(v is None for v in python.values()):
+        return False
+    try:
+        values = {**arguments(spec, leaves, build_children=True), **python}
+        built = _bind.call_quietly(spec.info, values)
+        with _quiet.quietly():
+            again(as_transformation(built) if spec.kind is Kind.TRANSFORMATION else built)
+    except Exception as plain:  # noqa: BLE001 - compared with the first failure
+        return type(plain) is type(e) and str(plain) == str(e)
+    return False
 
 
 def _is_integer_leaf(x: Any) -> bool:

@@ -109,7 +109,7 @@ class Core:
         try:
             return _constants.call(lambda h, p: self.built_from(h).init(p), (self.leaves, self.exact), params)
         except Exception as e:
-            _build.raise_traced_failure(e, self.spec, self.leaves, "init")
+            _build.raise_traced_failure(e, self.spec, self.leaves, "init", lambda tx: tx.init(params))
             raise
 
     def update(self, updates: Any, state: Any, params: Any = None, **extra_args: Any) -> tuple[Any, Any]:
@@ -124,7 +124,13 @@ class Core:
                 **extra_args,
             )
         except Exception as e:
-            _build.raise_traced_failure(e, self.spec, self.leaves, "update")
+            _build.raise_traced_failure(
+                e,
+                self.spec,
+                self.leaves,
+                "update",
+                lambda tx: tx.update(updates, state, params, **extra_args),
+            )
             raise
 
 

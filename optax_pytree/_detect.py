@@ -136,25 +136,40 @@ def stand_in_params(values: Sequence[Any]) -> list[Any]:
     """The stand-in parameters the probe tries, in order: shaped like the masks and
     labels among ``values``, the default ones, then shaped like the other trees there.
 
-    ``values`` are static arguments, anywhere in a configuration: a dict mask
-    of bools or labels of strings tells the parameters' structure, and is
-    tried first. A tree of per-parameter specifications (``optax.contrib.muon``'s
-    ``MuonDimensionNumbers``, ``None`` for a parameter it leaves to Adam) tells
-    it too, not the ranks: it is tried after the defaults (which exercise
-    every rank), each leaf of rank 4, 3, then 2. Without it, a factory whose
-    ``init`` needs its structure never ran past construction: nothing of
-    ``update`` was verified, and its Python arithmetic was not carried.
+    ``values`` are static arguments, anywhere in a configuration: a mask of
+    bools or labels of strings tells the parameters' structure, and is tried
+    first, in whatever container it comes (a dict, a flax ``FrozenDict``, any
+    pytree). So does a mask or label *function* whose result has another
+    structure than the parameters it is given (``flax.core.freeze`` of a
+    mask: the parameters are a ``FrozenDict``): stand-ins of that structure,
+    with the ranks of the defaults it was given. A tree of per-parameter
+    specifications (``optax.contrib.muon``'s ``MuonDimensionNumbers``,
+    ``None`` for a parameter it leaves to Adam) tells it too, not the ranks:
+    it is tried after the defaults (which exercise every rank), each leaf of
+    rank 4, 3, then 2. Without them, a factory whose ``init`` needs its
+    structure never ran past construction: nothing of ``update`` was
+    verified, and its Python arithmetic was not carried (computed in float32).
     """
     masks: list[Any] = []
     specs: list[Any] = []
+
+    def add_mask(stand_in: Any) -> None:
+        structure = jax.tree_util.tree_structure(stand_in)
+        if all(structure != jax.tree_util.tree_structure(o) for o in masks):
+            masks.append(stand_in)
+
     for value in values:
-        if callable(value) or not isinstance(value, (dict, list, tuple)) or not value:
+        if callable(value):
+            for stand_in in _shaped_by_function(value):
+                add_mask(stand_in)
             continue
-        leaves = jax.tree_util.tree_leaves(value)
-        if leaves and all(isinstance(x, (bool, np.bool_, str)) for x in leaves):
-            stand_in = jax.tree_util.tree_map(lambda _: jax.ShapeDtypeStruct((4, 3), jnp.float32), value)
-            if all(jax.tree_util.tree_structure(stand_in) != jax.tree_util.tree_structure(o) for o in masks):
-                masks.append(stand_in)
+        structure = jax.tree_util.tree_structure(value)
+        if jax.tree_util.treedef_is_leaf(structure) or not structure.num_leaves:
+            continue  # a value (an array, a string, an object) or an empty container
+        if _is_mask(value):
+            add_mask(_kernels_like(value))
+        if not isinstance(value, (Mapping, list, tuple)):
+            continue
         for shape in _SPEC_SHAPES:
             stand_in = jax.tree_util.tree_map(
                 lambda _, shape=shape: jax.ShapeDtypeStruct(shape, jnp.float32), value, is_leaf=_is_spec
@@ -162,6 +177,43 @@ def stand_in_params(values: Sequence[Any]) -> list[Any]:
             if stand_in not in specs and stand_in not in masks:
                 specs.append(stand_in)
     return [*masks, *default_param_shapes(), *specs]
+
+
+def _is_mask(value: Any) -> bool:
+    """A tree of bools (a mask) or strings (labels)."""
+    leaves = jax.tree_util.tree_leaves(value)
+    return bool(leaves) and all(isinstance(x, (bool, np.bool_, str)) for x in leaves)
+
+
+def _shaped_by_function(fn: Any) -> list[Any]:
+    """Stand-ins shaped like what a mask or label function returns for the default ones,
+    where that is a mask of another structure (the same leaves in another container).
+
+    Any other callable (a loss function, a dtype, one that fails on stand-ins)
+    tells nothing: what it returns or raises is ignored.
+    """
+    out: list[Any] = []
+    for params in default_param_shapes():
+        structure = jax.tree_util.tree_structure(params)
+        try:
+            with _quiet.quietly():
+                result = fn(params)
+            if not _is_mask(result) or jax.tree_util.tree_structure(result) == structure:
+                continue
+            shaped = jax.tree_util.tree_structure(result)
+            leaves = jax.tree_util.tree_leaves(params)
+            if shaped.num_leaves == len(leaves):  # the same parameters, in another container
+                out.append(jax.tree_util.tree_unflatten(shaped, leaves))
+            else:
+                out.append(_kernels_like(result))
+        except Exception:  # noqa: BLE001 - not a mask function: it tells nothing
+            continue
+    return out
+
+
+def _kernels_like(tree: Any) -> Any:
+    """Stand-in parameters of ``tree``'s structure: a (4, 3) kernel per leaf."""
+    return jax.tree_util.tree_map(lambda _: jax.ShapeDtypeStruct((4, 3), jnp.float32), tree)
 
 
 # Each rank of the defaults but a bias's (specifications are of matrices and up), the most axes first.

@@ -8,10 +8,12 @@ exceptions and warnings are optax's, on every wrap; children are handed to
 it as what their own factories returned, ``plain_child``), finds the
 analysis of this configuration and branch (cached per configuration in
 ``_spec``, else probed by ``_detect`` and verified bit for bit by
-``_verify``, bisecting a difference to the argument that must be static;
-both run quietly, see ``_quiet``), checks the leaves take the branches their
-Python values took, interns the static configuration (``_spec``), and
-computes the host values the object carries (see ``_guard.Guarded.exact``).
+``_verify``, bisecting a difference to the argument that must be static,
+into the children's own arguments where the configuration's own do not
+remove it; both run quietly, see ``_quiet``), checks the leaves take the
+branches their Python values took, interns the static configuration
+(``_spec``), and computes the host values the object carries (see
+``_guard.Guarded.exact``).
 From Python numbers, the leaf arrays themselves are made when the object is
 first used (``_leaves.Pending``). It returns a :class:`Made`; ``_tree.new``
 makes the object from it. The object (``_tree``) calls this for ``replace``
@@ -31,7 +33,7 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from . import _bind, _build, _carry, _checks, _detect, _disk, _expr, _leaves, _quiet, _spec, _verify
+from . import _bind, _build, _carry, _checks, _descend, _detect, _disk, _expr, _leaves, _quiet, _spec, _verify
 from ._bind import FactoryInfo, is_wrapped
 from ._classify import Classified, MakeChild, Options, classify
 from ._spec import Analysis
@@ -179,6 +181,7 @@ def _analyse(info: FactoryInfo, classified: Classified, base: dict[str, Any], ki
                 _not_static(classified),
                 "optax_pytree could not rebuild it from leaves that compute what it computes with "
                 f"the values given, even with every numeric argument static ({found})",
+                descend=bool(classified.children),
             )
         while hi - lo > 1:
             mid = (lo + hi) // 2
@@ -209,13 +212,46 @@ class ForcedDynamicError(TypeError):
 
 
 class Degrade(Exception):
-    """The mechanism cannot honour ``names`` for these values: they become static (``make``)."""
+    """The mechanism cannot honour ``names`` for these values: they become static (``make``).
 
-    def __init__(self, names: tuple[str, ...], why: str, remember: bool = True):
+    ``descend``: the difference stays with every numeric argument of the
+    configuration's own static, so it may be a wrapped child's: ``make``
+    first looks for the fewest arguments of its children (at any depth) to
+    make static instead (:func:`_smallest_inner_static`).
+    """
+
+    def __init__(self, names: tuple[str, ...], why: str, remember: bool = True, descend: bool = False):
         super().__init__(why)
         self.names = names
         self.why = why
         self.remember = remember  # for the whole configuration (else these values only)
+        self.descend = descend
+
+
+def _smallest_inner_static(
+    info: FactoryInfo, arguments: dict[str, Any], options: Options, make_child: MakeChild | None
+) -> tuple[_descend.Inner, ...] | None:
+    """The fewest arguments of the children (at any depth) that, made static, let the
+    configuration be verified (``_descend.smallest``); None if even all of them do not."""
+
+    def works(marks: tuple[_descend.Inner, ...]) -> bool:
+        try:
+            with _quiet.quietly():
+                _make(
+                    info,
+                    _descend.with_inner_static(arguments, marks),
+                    options,
+                    make_child,
+                    None,
+                    None,
+                    quiet=True,
+                )
+        except Exception:  # noqa: BLE001 - Degrade, or any failure of a trial: not these
+            return False
+        return True
+
+    order = _descend.inner_arguments(arguments, classify(info, arguments, options, make_child).roles)
+    return _descend.smallest(order, works)
 
 
 _SPECIALIZED = "it takes as a leaf an exponent XLA specializes as a constant: "
@@ -393,31 +429,48 @@ def make(
     Never refuses what plain optax accepts: where the mechanism cannot honour
     a part of the configuration (the verification finds a difference it
     cannot bisect to a numeric argument, the analysis itself fails, a value
-    whose leaf would take another branch), that part becomes static, with one
-    warning that says which and why, and the object works as plain optax
-    does (a new value of a static argument is a new compilation).
+    whose leaf would take another branch), that part becomes static, the
+    smallest that does (an argument of a child, at any depth, rather than the
+    child whole: :func:`_smallest_inner_static`), with one warning that says
+    which and why, and the object works as plain optax does (a new value of
+    a static argument is a new compilation).
     """
     static: list[str] = []  # made static so far (each round can find another part)
+    inner: tuple[_descend.Inner, ...] = ()  # arguments of children made static so far
+    descended = False
     while True:
         marked = options.with_marks(static, ()) if static else options
+        given = _descend.with_inner_static(arguments, inner) if inner else arguments
         try:
             # After the first round the factory was called for the user: quietly.
-            return _make(info, arguments, marked, make_child, previous, kept, quiet=bool(static))
+            return _make(info, given, marked, make_child, previous, kept, quiet=bool(static or inner))
         except Degrade as d:
-            names = [n for n in d.names if n in arguments and n not in static]
-            if not names:  # nothing left to make static: cannot happen, but never loop
-                raise TypeError(f"{info.name}: {d.why}") from None
-            if d.remember:
-                key = classify(info, arguments, marked, make_child).analysis_key
-                _spec.remember_degraded(key, (tuple(names), d.why))
-            _warn_degraded(info, names, d.why)
-            static += names
+            found = None
+            if d.descend and not descended:
+                # The smallest part first: arguments of the children, not the children whole.
+                descended = True
+                found = _smallest_inner_static(info, given, marked, make_child)
+            if found:
+                parts = [m.text() for m in found]
+                inner = (*inner, *found)
+            else:
+                names = [n for n in d.names if n in arguments and n not in static]
+                if not names:  # nothing left to make static: cannot happen, but never loop
+                    raise TypeError(f"{info.name}: {d.why}") from None
+                parts = [_bind.which(names)]
+                static += names
+            if d.remember:  # all of it, for the configuration as the user gives it
+                key = classify(info, arguments, options, make_child).analysis_key
+                _spec.remember_degraded(key, (tuple(static), d.why, inner))
+            _warn_degraded(info, parts, d.why)
 
 
-def _warn_degraded(info: FactoryInfo, names: list[str], why: str) -> None:
+def _warn_degraded(info: FactoryInfo, parts: list[str], why: str) -> None:
+    """``parts``: what is made static, in words (``arguments ['a', 'b']``, ``argument 'shift' of ...``)."""
+    plural = len(parts) > 1 or parts[0].startswith("arguments")
     warnings.warn(
-        f"optax_pytree: {info.name}: {why}; so {_bind.which(names)} "
-        f"{'is' if len(names) == 1 else 'are'} static for these values: the object computes what "
+        f"optax_pytree: {info.name}: {why}; so {', '.join(parts)} "
+        f"{'are' if plural else 'is'} static for these values: the object computes what "
         "plain optax computes, and a new value of a static argument is a new compilation",
         stacklevel=_user_stacklevel(),
     )
@@ -449,7 +502,9 @@ def _make(
     if spec is None:
         degraded = _spec.degraded(classified.analysis_key)
         if degraded is not None:  # the mechanism could not honour this configuration: static
-            options = options.with_marks(degraded[0], ())
+            names, _, inner = degraded
+            arguments = _descend.with_inner_static(arguments, inner) if inner else arguments
+            options = options.with_marks(names, ())
             classified = classify(info, arguments, options, make_child)
     base = _base(classified)
     # Traced values (wrap or replace inside jit, optax.inject_hyperparams

@@ -39,12 +39,16 @@ class Analysis:
     ``Mode.GUARDED_WHILE_BUILT``; ``guards``: the recorded
     comparisons and their outcomes; ``undecided``: the probe could not run
     ``init``/``update`` (its stand-in parameters did not fit), so a failure at
-    trace time names the dynamic arguments.
+    trace time names the dynamic arguments; ``example``: then, the scalar
+    values it was made from (name -> Python or NumPy scalar), with which such
+    a failure is tried again as plain optax would run it (``_build``): an
+    error of plain optax's own is the user's, not one of the mechanism's.
     """
 
     __slots__ = (
         "carried",
         "checker",
+        "example",
         "exponents",
         "guards",
         "kind",
@@ -71,6 +75,8 @@ class Analysis:
         self.guards = guards
         self.undecided = undecided
         self.static_key = tuple(_static.freeze(value_as_static((values or {})[n])) for n in static)
+        given = {n: value_as_given(v) for n, v in (values or {}).items()} if undecided else {}
+        self.example = {n: v for n, v in given.items() if v is not None}
         # How deep the probe could drive the result, on which stand-in
         # parameters: where the verification runs it too.
         self.level = Level.BUILD
@@ -339,15 +345,16 @@ def remember_verified_static(key: Any, names: tuple[str, ...]) -> None:
 
 
 # Configurations the mechanism could not honour (``_pipeline.Degrade``): the
-# arguments made static, and why (said once, when found).
-_DEGRADED = cache("analysis key -> (the arguments made static, why)", 1024)
+# arguments made static, why (said once, when found), and the arguments of
+# wrapped children made static instead of the children whole (``_pipeline.Inner``).
+_DEGRADED = cache("analysis key -> (the arguments made static, why, the children's made static)", 1024)
 
 
-def degraded(key: Any) -> tuple[tuple[str, ...], str] | None:
+def degraded(key: Any) -> tuple[tuple[str, ...], str, tuple[Any, ...]] | None:
     return _DEGRADED.get(key)
 
 
-def remember_degraded(key: Any, found: tuple[tuple[str, ...], str]) -> None:
+def remember_degraded(key: Any, found: tuple[tuple[str, ...], str, tuple[Any, ...]]) -> None:
     _DEGRADED.set(key, found)
 
 

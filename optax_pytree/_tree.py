@@ -178,6 +178,16 @@ class _Wrapped(Wrapped):
         new = make(spec.info, arguments, spec.options, previous=spec, kept=kept)
         return _leaves.keep_placement(self, new)
 
+    def _with_static(self: _W, names: Iterable[str], **changes: Any) -> _W:
+        """A copy with arguments ``names`` static too, and ``changes`` (children remade so):
+        the smallest static part the verification of a parent needs (``_descend``)."""
+        spec = self._core.spec
+        python = self._core.python
+        fresh_from_python = all(n in python or n in changes for n in spec.carried_names)
+        kept = None if fresh_from_python else (self._core, frozenset(changes))
+        arguments = {**self.hyperparams, **python, **changes}
+        return make(spec.info, arguments, spec.options.with_marks(names, ()), kept=kept)
+
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or name in ("_core", "_flat"):
             raise AttributeError(name)

@@ -315,16 +315,36 @@ def test_extra_update_arguments_reach_the_inner_transformation() -> None:
     assert_tree_allclose(got, expected)
 
 
-def test_undecided_configuration_names_its_dynamic_arguments_on_any_failure() -> None:
-    tx = opx.wrap(needs_params_x, 3)
+def _needs_params_x_and_an_int(n: int) -> optax.GradientTransformation:
+    """:func:`needs_params_x` whose ``init`` refuses an ``n`` that is not a Python int, with an
+    error of its own (not one about a tracer)."""
+
+    def init(params: Any) -> Any:
+        if not isinstance(n, int):
+            raise ValueError(f"n must be an int, got {type(n).__name__}")
+        return params["x"].sum() + jnp.zeros((n,))
+
+    return optax.GradientTransformation(init, needs_params_x(n).update)
+
+
+def test_undecided_configuration_names_its_dynamic_arguments_on_a_failure_plain_optax_has_not() -> None:
+    tx = opx.wrap(_needs_params_x_and_an_int, 3)
     assert tx._core.spec.undecided
     with pytest.raises(TypeError, match=r"argument 'n' was not checked.*static_argnames=\('n',\)") as info:
-        jax.jit(lambda tx, p: tx.init(p))(tx, {"y": jnp.ones(2)})  # a KeyError, not a tracer error
+        jax.jit(lambda tx, p: tx.init(p))(tx, {"x": jnp.ones(2)})  # n traced: "n must be an int"
     cause = info.value.__cause__
     # On Python 3.10, JAX's traceback filtering puts a SimplifiedTraceback of its own between the two.
     if cause is not None and type(cause).__name__ == "SimplifiedTraceback":
         cause = cause.__cause__
-    assert isinstance(cause, KeyError)
+    assert isinstance(cause, ValueError)
+    # The parameters lack "x": plain optax's own KeyError, not the mechanism's, stands.
+    with pytest.raises(KeyError) as plain:
+        needs_params_x(3).init({"y": jnp.ones(2)})
+    tx = opx.wrap(needs_params_x, 3)
+    assert tx._core.spec.undecided
+    with pytest.raises(KeyError) as got:
+        jax.jit(lambda tx, p: tx.init(p))(tx, {"y": jnp.ones(2)})
+    assert str(got.value) == str(plain.value)
 
 
 # --------------------------------------------------------------------------

@@ -1,0 +1,173 @@
+"""Regressions of issue 35 ("Also measured"): exact numbers, plain optax's errors, the smallest static part.
+
+- A mask of another container than a dict (a flax ``FrozenDict``, given as a
+  tree or returned by a mask function) told the probe nothing of the
+  parameters' structure: it never ran ``init``/``update``, carried no host
+  values, and ``1 - b2`` was computed in float32.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import chex
+import jax
+import jax.numpy as jnp
+import optax as plain_optax
+import pytest
+from helpers import counting_jit
+
+import optax_pytree.optax as dropin
+
+
+def _frozen(tree: Any) -> Any:
+    return pytest.importorskip("flax.core.frozen_dict").freeze(tree)
+
+
+def _params() -> dict[str, Any]:
+    return {
+        "b": jnp.array([0.1, 0.2, -0.3]),
+        "w": jnp.linspace(-1.0, 1.0, 12).reshape(4, 3),
+        "enc": {"k": jnp.ones((2, 3)), "z": jnp.array([0.5, 0.25])},
+    }
+
+
+def _loss(params: Any) -> Any:
+    return sum((jnp.sum((x - 0.3) ** 2 * 1.7) for x in jax.tree_util.tree_leaves(params)), jnp.zeros(()))
+
+
+def _eager_steps(tx: Any, params: Any, steps: int = 3) -> tuple[Any, Any]:
+    """``steps`` eager optimizer steps on :func:`_loss`: (params, state)."""
+    state = tx.init(params)
+    for _ in range(steps):
+        updates, state = tx.update(jax.grad(_loss)(params), state, params)
+        params = plain_optax.apply_updates(params, updates)
+    return params, state
+
+
+def _frozen_decay_mask(params: Any) -> Any:
+    # VDM's ``decay_mask_fn``: no weight decay on biases and scales, as a FrozenDict.
+    return _frozen(jax.tree_util.tree_map(lambda x: x.ndim != 1, params))
+
+
+def _compound_schedule(base_learning_rate: float, warmup_steps: int, total_steps: int) -> Any:
+    # scenic's compound schedule (constant * linear_warmup * cosine_decay).
+    def step_fn(step: Any) -> Any:
+        ratio = base_learning_rate * jnp.minimum(1.0, step / warmup_steps)
+        progress = jnp.maximum(0.0, (step - warmup_steps) / total_steps)
+        ratio *= jnp.maximum(0.0, 0.5 * (1.0 + jnp.cos(jnp.pi * (progress % 1.0))))
+        return jnp.asarray(ratio, dtype=jnp.float32)
+
+    return step_fn
+
+
+def _layerwise_decay(optax: Any, params: Any, layers: int = 4, decay: float = 0.75) -> Any:
+    # scenic centernet's ``optimizer_with_layerwise_decay``: a group per
+    # layer, each clip + adamw with its own rate and the weight-decay mask
+    # ``tree_map(lambda x: x.ndim != 1, params)`` (a FrozenDict of FrozenDict
+    # parameters), the layer map a FrozenDict.
+    mask = jax.tree_util.tree_map(lambda x: x.ndim != 1, params)
+    groups = {
+        i: optax.chain(
+            optax.clip_by_global_norm(1.0),
+            optax.adamw(
+                _compound_schedule(2e-3 * decay ** (layers - i), 2, 10),
+                b1=0.9,
+                b2=0.999,
+                eps=1e-8,
+                weight_decay=1e-4,
+                mask=mask,
+            ),
+        )
+        for i in range(layers)
+    }
+    return optax.multi_transform(groups, _frozen({"b": 0, "w": 1, "enc": {"k": 2, "z": 3}}))
+
+
+def test_frozen_dict_masks_give_plain_optaxs_numbers_bit_for_bit_eagerly() -> None:
+    params = _frozen(_params())
+    # VDM: adamw with a mask function returning a FrozenDict.
+    tx = dropin.adamw(1e-3, weight_decay=1e-4, mask=_frozen_decay_mask)
+    assert tx.exact  # ``1 - b1``, ``1 - b2``: Python's, carried
+    expected = _eager_steps(plain_optax.adamw(1e-3, weight_decay=1e-4, mask=_frozen_decay_mask), params)
+    chex.assert_trees_all_equal(_eager_steps(tx, params), expected)
+    # scenic centernet: a multi_transform of adamw groups, FrozenDict masks.
+    tx = _layerwise_decay(dropin, params)
+    expected = _eager_steps(_layerwise_decay(plain_optax, params), params)
+    chex.assert_trees_all_equal(_eager_steps(tx, params), expected)
+
+
+def _decay_mask_of_another_model(params: Any) -> Any:
+    # Written for a model with a LayerNorm: the parameters trained here have none.
+    return {
+        "Dense_0": jax.tree_util.tree_map(lambda x: x.ndim > 1, params["Dense_0"]),
+        "LayerNorm_0": {"bias": False, "scale": False},
+    }
+
+
+def _raised(fn: Any, *args: Any) -> tuple[type[BaseException], str]:
+    with pytest.raises(Exception) as info:  # any: compared with plain optax's
+        fn(*args)
+    return type(info.value), str(info.value)
+
+
+def test_a_mask_that_does_not_fit_the_params_raises_plain_optaxs_error() -> None:
+    params = {"Dense_0": {"bias": jnp.zeros(3), "kernel": jnp.ones((4, 3))}}
+    state = plain_optax.adamw(1e-3, weight_decay=1e-4).init(params)  # the mask fails before it is read
+
+    def adamw(optax: Any) -> Any:
+        return optax.adamw(1e-3, weight_decay=1e-4, mask=_decay_mask_of_another_model)
+
+    def init(tx: Any, params: Any) -> Any:
+        return tx.init(params)
+
+    def update(tx: Any, params: Any) -> Any:
+        return tx.update(params, state, params)
+
+    tx = adamw(dropin)
+    for call in (init, update):
+        expected = _raised(call, adamw(plain_optax), params)
+        assert expected[0] is ValueError and "pytree structure" in expected[1]
+        assert _raised(call, tx, params) == expected
+        expected = _raised(jax.jit(call, static_argnums=0), adamw(plain_optax), params)
+        assert _raised(jax.jit(call), tx, params) == expected
+
+
+def _rsqrt_schedule(learning_rate: float, warmup: int, shift: int) -> Any:
+    # nanodo's adamw_mup: a linear warmup, then a reciprocal square root decay from ``shift``.
+    def schedule(count: Any) -> Any:
+        warm = jnp.minimum(1.0, (count + 1) / warmup)
+        return learning_rate * warm * (count + shift) ** -0.5 * shift**0.5
+
+    return schedule
+
+
+def _accumulated_adamw(optax: Any, rate: float) -> Any:
+    schedule = _rsqrt_schedule(rate, 2, 3)
+    return optax.MultiSteps(optax.adamw(schedule, b2=0.98, eps=1e-9, weight_decay=1e-4), every_k_schedule=2)
+
+
+def _step(tx: Any, params: Any, state: Any) -> tuple[Any, Any]:
+    updates, state = tx.update(jax.grad(_loss)(params), state, params)
+    return plain_optax.apply_updates(params, updates), state
+
+
+def test_only_the_closure_cell_the_verification_needs_is_static_and_a_sweep_compiles_once() -> None:
+    params = _params()
+    step, traces = counting_jit(_step)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for rate in (1e-3, 2e-3, 3e-3):
+            tx = _accumulated_adamw(dropin, rate)
+            expected = _eager_steps(_accumulated_adamw(plain_optax, rate), params)
+            chex.assert_trees_all_equal(_eager_steps(tx, params), expected)
+            got, state = params, tx.init(params)
+            for _ in range(3):
+                got, state = step(tx, got, state)
+    assert traces == [1]
+    ours = [str(w.message) for w in caught if str(w.message).startswith("optax_pytree:")]
+    assert all("argument 'shift' of opt.learning_rate" in m for m in ours), ours
+    leaves = [jax.tree_util.keystr(k) for k, _ in jax.tree_util.tree_flatten_with_path(tx)[0]]
+    assert ".opt.learning_rate.learning_rate" in leaves  # the swept rate, a leaf
+    assert ".opt.learning_rate.shift" not in leaves
