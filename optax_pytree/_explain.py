@@ -813,7 +813,9 @@ def _short(x: Any) -> str:
     """A value in a few words: ``0.9``, ``a wrapped optax.adam``, ``a dict of 2 items``."""
     try:
         if is_wrapped(x):
-            return f"a wrapped {_describe_factory(_spec(x))}"
+            spec = _spec(x)
+            described = _describe_factory(spec)
+            return described if _closure_code(spec) is not None else f"a wrapped {described}"
         if isinstance(x, (jax.Array, np.ndarray)):
             if x.size == 1:
                 return f"{np.asarray(x).reshape(())[()]!r} ({_leaves.aval_text(x.shape, x.dtype)})"
