@@ -13,11 +13,8 @@ another program: its key path, the two values, and the fix.
 from __future__ import annotations
 
 # pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
-import functools
-import os
-import types
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import numpy as np
@@ -25,18 +22,20 @@ import numpy as np
 from . import _expr, _leaves, _static
 from ._bind import is_wrapped
 from ._classify import factory_key
+from ._differences import (
+    Difference,
+    closure_code,
+    cut,
+    describe_factory,
+    factory_difference,
+    short,
+    static_difference,
+    value_difference,
+    why_static,
+)
 from ._spec import Spec
+from ._tree import spec_of
 from ._vocabulary import Role
-
-_LIMIT = 80  # a value's repr in a report, at most
-
-
-class Difference(NamedTuple):
-    """One reason two pytrees do not share a compilation."""
-
-    path: str  # where, as a key path (``adamw.learning_rate.peak_value``); the root's is ``(root)``
-    what: str  # what differs, both values
-    fix: str  # what to do about it, in words
 
 
 class Explanation:
@@ -129,8 +128,8 @@ def explain(a: Any, b: Any) -> Explanation:
         out.append(
             Difference(
                 "(root)",
-                f"the treedefs differ: {_cut(jax.tree_util.tree_structure(a))} vs "
-                f"{_cut(jax.tree_util.tree_structure(b))}",
+                f"the treedefs differ: {cut(jax.tree_util.tree_structure(a))} vs "
+                f"{cut(jax.tree_util.tree_structure(b))}",
                 _ASK,
             )
         )
@@ -198,7 +197,7 @@ def _leaf(a: Any, b: Any, path: str, out: list[Difference]) -> None:
         out.append(
             Difference(
                 path,
-                f"a leaf {_short(a)} vs {_short(b)}, not an array in one: compared by value",
+                f"a leaf {short(a)} vs {short(b)}, not an array in one: compared by value",
                 "a leaf of a jitted argument should be an array or a number; make this one the "
                 "same in both, or mark it static",
             )
@@ -228,17 +227,13 @@ def _leaf(a: Any, b: Any, path: str, out: list[Difference]) -> None:
 def _root_name(x: Any) -> str:
     """The root's label: a wrapped object's factory (``adam``), else empty (key paths from the root)."""
     if is_wrapped(x):
-        return _short_name(_spec(x))
+        return _short_name(spec_of(x))
     return ""
-
-
-def _spec(w: Any) -> Spec:
-    return w._core.spec
 
 
 def _short_name(spec: Spec) -> str:
     name = spec.info.name
-    if _closure_code(spec) is not None:
+    if closure_code(spec) is not None:
         return name.rsplit(".", 1)[-1]
     return name.rsplit(".", 1)[-1] if name.startswith("optax.") else name
 
@@ -264,7 +259,7 @@ def _walk(a: Any, b: Any, path: str, out: list[Difference]) -> None:
         _wrapped(a, b, path, out)
         return
     if is_wrapped(a) or is_wrapped(b):
-        out.append(Difference(where, f"{_short(a)} vs {_short(b)}", "give the same kind of object in both"))
+        out.append(Difference(where, f"{short(a)} vs {short(b)}", "give the same kind of object in both"))
         return
     kids_a, treedef_a = _one_level(a)
     kids_b, treedef_b = _one_level(b)
@@ -276,7 +271,7 @@ def _walk(a: Any, b: Any, path: str, out: list[Difference]) -> None:
         out.append(
             Difference(
                 where,
-                f"{_short(a)} vs {_short(b)}",
+                f"{short(a)} vs {short(b)}",
                 "a pytree's structure is part of the compiled program: give the same structure in both",
             )
         )
@@ -306,7 +301,7 @@ def _node_difference(a: Any, node_a: Any, node_b: Any, where: str) -> Difference
     if isinstance(a, dict):
         return Difference(
             where,
-            f"a dict with keys {_cut(node_a)} vs {_cut(node_b)}",
+            f"a dict with keys {cut(node_a)} vs {cut(node_b)}",
             "the keys of a dict are part of the compiled program: give the same keys in both",
         )
     initialized = (getattr(node_a, "initialized", None), getattr(node_b, "initialized", None))
@@ -320,13 +315,13 @@ def _node_difference(a: Any, node_a: Any, node_b: Any, where: str) -> Difference
             )
         return Difference(
             where,
-            f"initialized for other parameters: {_cut(node_a)} vs {_cut(node_b)}",
+            f"initialized for other parameters: {cut(node_a)} vs {cut(node_b)}",
             "the state's parameters are part of the compiled program: init both with parameters "
             "of the same shapes and dtypes",
         )
     return Difference(
         where,
-        f"a {type(a).__name__} whose static data differs: {_cut(node_a)} vs {_cut(node_b)}",
+        f"a {type(a).__name__} whose static data differs: {cut(node_a)} vs {cut(node_b)}",
         "make its static part the same in both",
     )
 
@@ -336,11 +331,11 @@ def _node_difference(a: Any, node_a: Any, node_b: Any, where: str) -> Difference
 
 
 def _wrapped(a: Any, b: Any, path: str, out: list[Difference]) -> None:
-    spec_a, spec_b = _spec(a), _spec(b)
+    spec_a, spec_b = spec_of(a), spec_of(b)
     where = path or "(root)"
     if spec_a is not spec_b and spec_a != spec_b:
         if factory_key(spec_a.info) != factory_key(spec_b.info):
-            out.append(_factory_difference(spec_a, spec_b, where))
+            out.append(factory_difference(spec_a, spec_b, where))
             return
         if spec_a.kind != spec_b.kind:
             out.append(
@@ -383,7 +378,7 @@ def _wrapped(a: Any, b: Any, path: str, out: list[Difference]) -> None:
 
 
 def _argument(a: Any, b: Any, name: str, at: str, out: list[Difference]) -> None:
-    spec_a, spec_b = _spec(a), _spec(b)
+    spec_a, spec_b = spec_of(a), spec_of(b)
     role_a, role_b = spec_a.roles[name], spec_b.roles[name]
     if role_a != role_b:
         out.append(_role_difference(a, b, name, at))
@@ -392,7 +387,7 @@ def _argument(a: Any, b: Any, name: str, at: str, out: list[Difference]) -> None
         va, vb = spec_a.static[name], spec_b.static[name]
         ka, kb = _static.freeze(va), _static.freeze(vb)
         if ka != kb:
-            out.append(_static_difference(spec_a, spec_b, name, va, vb, ka, kb, at))
+            out.append(static_difference(spec_a, spec_b, name, va, vb, ka, kb, at))
         return
     leaf_a = a._core.leaves[spec_a.leaf_index[name]]
     leaf_b = b._core.leaves[spec_b.leaf_index[name]]
@@ -402,7 +397,7 @@ def _argument(a: Any, b: Any, name: str, at: str, out: list[Difference]) -> None
         key_b = None if template_b is None else template_b.key
         if key_a != key_b:
             va, vb = a.hyperparams[name], b.hyperparams[name]
-            inner = _value_difference(va, _static.freeze(va), vb, _static.freeze(vb), name)
+            inner = value_difference(va, _static.freeze(va), vb, _static.freeze(vb), name)
             out.append(
                 Difference(
                     at,
@@ -417,78 +412,26 @@ def _argument(a: Any, b: Any, name: str, at: str, out: list[Difference]) -> None
     _walk(leaf_a, leaf_b, at, out)  # a dynamic leaf (or a pytree forced dynamic)
 
 
-def _closure_code(spec: Spec) -> types.CodeType | None:
-    """The code of a closure that became a child (``_closures.ClosureFactory``), else None."""
-    code = getattr(spec.info.factory, "code", None)
-    if isinstance(code, types.CodeType) and type(spec.info.factory).__name__ == "ClosureFactory":
-        return code
-    return None
-
-
-def _where_code(code: types.CodeType) -> str:
-    return f"{os.path.basename(code.co_filename)}:{code.co_firstlineno}"
-
-
-def _describe_factory(spec: Spec) -> str:
-    code = _closure_code(spec)
-    if code is not None:
-        qualname = getattr(spec.info.factory, "__qualname__", spec.info.name)
-        return f"the closure {spec.kind} {qualname} ({_where_code(code)})"
-    return spec.info.name
-
-
-def _factory_difference(spec_a: Spec, spec_b: Spec, where: str) -> Difference:
-    name_a, name_b = _describe_factory(spec_a), _describe_factory(spec_b)
-    if name_a != name_b:
-        return Difference(
-            where,
-            f"{name_a} vs {name_b}",
-            "different optimizers (or schedules) are different programs: they cannot share a compilation",
-        )
-    # The same name, made by different things: a builder's factory, a closure made again.
-    fa, fb = spec_a.info.factory, spec_b.info.factory
-    code_a, code_b = _closure_code(spec_a), _closure_code(spec_b)
-    if code_a is not None and code_b is not None:
-        if code_a is not code_b:
-            return Difference(
-                where,
-                f"{name_a}: its code was defined again (another code object for the same function)",
-                "define the function once (at module level), not in a cell or loop that runs again",
-            )
-        ga, gb = getattr(fa, "globals", None), getattr(fb, "globals", None)
-        if ga is not gb:
-            return Difference(
-                where, f"{name_a}: the same code in another module's globals", "define it in one module"
-            )
-        return Difference(
-            where,
-            f"{name_a}: its defaults or attributes differ",
-            "give the function the same defaults and attributes in both",
-        )
-    inner = _value_difference(fa, _static.freeze(fa), fb, _static.freeze(fb), "")
-    return Difference(where, f"the factory {name_a}: {inner.what}", inner.fix)
-
-
 def _role_text(w: Any, name: str) -> str:
-    spec = _spec(w)
+    spec = spec_of(w)
     role = spec.roles[name]
     if role == Role.STATIC:
         value = spec.static[name]
-        return f"static ({_short(value)}; {_why_static(spec, name, value)[0]})"
+        return f"static ({short(value)}; {why_static(spec, name, value)[0]})"
     value = w._core.leaves[spec.leaf_index[name]]
     if role == Role.CHILD:
-        return _short(value)
+        return short(value)
     aval = _aval(value)
     return "a dynamic leaf" + ("" if aval is None else f" ({_aval_text(aval)})")
 
 
 def _role_difference(a: Any, b: Any, name: str, at: str) -> Difference:
-    spec_a, spec_b = _spec(a), _spec(b)
+    spec_a, spec_b = spec_of(a), spec_of(b)
     what = f"{_role_text(a, name)} vs {_role_text(b, name)}"
     statics = [(s, s.static[name]) for s in (spec_a, spec_b) if s.roles[name] == Role.STATIC]
     if statics:
         spec, value = statics[0]
-        why, fix = _why_static(spec, name, value)
+        why, fix = why_static(spec, name, value)
         if _leaves.is_numeric(value) or why.startswith("found"):
             return Difference(at, what, fix)
         return Difference(
@@ -503,83 +446,6 @@ def _role_difference(a: Any, b: Any, name: str, at: str) -> Difference:
         "give the same kind of value in both: a number is a dynamic leaf, a wrapped schedule (or a "
         "closure schedule) a child with its own leaves",
     )
-
-
-def _degraded_why(spec: Spec, name: str) -> str | None:
-    """Why the library made ``name`` static, where it could not honour it (``_spec.degraded``)."""
-    from . import _spec
-
-    try:
-        entries = list(_spec._DEGRADED.data.items())  # pyright: ignore[reportPrivateUsage] - read only
-        key = factory_key(spec.info)
-        for config, (names, why) in entries:
-            if name in names and config.value[0].value[0] == key:
-                return why
-    except Exception:  # noqa: BLE001 - only for a message
-        return None
-    return None
-
-
-def _why_static(spec: Spec, name: str, value: Any) -> tuple[str, str]:
-    """(why ``name`` is static, the fix for a sweep over it)."""
-    factory = spec.info.name
-    if name in spec.analysis.static_names:
-        return (
-            f"found by automatic detection: {factory} needs it as a Python value",
-            f"it is static because {factory} needs it as a Python value (a shape, a range, a "
-            "Python branch): it cannot vary without recompiling; sweep it with a loop, one "
-            "compilation per value",
-        )
-    if name in spec.detected:
-        return (
-            "an integer too large for an int32 leaf",
-            "it is static because it does not fit an int32 leaf: it cannot vary without "
-            "recompiling (enable jax_enable_x64 for int64 leaves)",
-        )
-    if name in spec.options.static:
-        degraded = _degraded_why(spec, name)
-        if degraded is not None:
-            return (
-                f"made static by the library, which could not honour it: {degraded}",
-                f"it is static because the library could not keep it dynamic ({degraded}): it "
-                "cannot vary without recompiling",
-            )
-        return (
-            "marked static by static_argnames or optax_pytree.static",
-            "pass it as a number, not in static_argnames nor optax_pytree.static, to keep it a "
-            "dynamic leaf; as it is, each value is a compilation",
-        )
-    if callable(value):
-        return ("a function, compared by its code and what it captures", "")
-    return (
-        f"a {type(value).__name__}, not a number: part of the program",
-        "it is not a number, so it is part of the program: each value is a compilation; keep it "
-        "the same to share one",
-    )
-
-
-def _static_difference(
-    spec_a: Spec, spec_b: Spec, name: str, va: Any, vb: Any, ka: Any, kb: Any, at: str
-) -> Difference:
-    why, fix = _why_static(spec_a, name, va)
-    closure = _closure_code(spec_a) is not None
-    if callable(va) and callable(vb):
-        inner = _value_difference(va, ka, vb, kb, "")
-        what = f"a static {inner.what}"
-        if closure:
-            what = f"{_describe_factory(spec_a)} captures {name}, {what}"
-        return Difference(at, what, inner.fix)
-    # In a closure, an argument is a captured name: ``captures cfg, a Cfg compared by identity``.
-    inner = _value_difference(va, ka, vb, kb, name if closure else "")
-    if inner.identity:
-        what = inner.what if closure else f"static value {inner.what}"
-    else:
-        what = f"static value {inner.what} (static: {why})"
-        if closure:
-            what = f"captures {name}, {what}"
-    if closure:
-        what = f"{_describe_factory(spec_a)} {what}"
-    return Difference(at, what, fix if not inner.identity else inner.fix)
 
 
 def _guards(spec_a: Spec, spec_b: Spec, path: str, reported: set[str], out: list[Difference]) -> None:
@@ -603,7 +469,7 @@ def _guards(spec_a: Spec, spec_b: Spec, path: str, reported: set[str], out: list
             Difference(
                 at,
                 f"{text} is {outcome_a} vs {outcome_b}: a guarded value on another branch of "
-                f"{_describe_factory(spec_a)}",
+                f"{describe_factory(spec_a)}",
                 f"{spec_a.info.name} compares it in Python: values on the same side of `{text}` share "
                 "one compilation, a value on the other side is another program",
             )
@@ -642,191 +508,4 @@ def _mode(mode: Any) -> str:
 
 
 # --------------------------------------------------------------------------
-# Static values, functions included: where two frozen keys (``_static.freeze``) differ.
-
-
-class _Inner(NamedTuple):
-    what: str  # ``0.9 vs 0.8``, or ``function f (a.py:3) captures cfg, a Cfg compared by identity``
-    fix: str
-    identity: bool = False  # compared by identity: the fix is the one for it
-
-
-def _identity_fix(where: str) -> str:
-    return (
-        f"the function captures {where}, which is compared by identity; make the function at "
-        "module level, or capture plain numbers or a dataclass"
-    )
-
-
-def _compared_by_identity(value: Any) -> bool:
-    """A hashable value whose ``==`` is ``is`` (a plain instance of a class of the program's)."""
-    eq = getattr(type(value), "__eq__", None)
-    return eq is object.__eq__ and not isinstance(value, (type, types.ModuleType, types.BuiltinFunctionType))
-
-
-def _function_text(f: Any) -> str:
-    code = getattr(f, "__code__", None)
-    qualname = getattr(f, "__qualname__", None) or repr(f)
-    if isinstance(code, types.CodeType):
-        return f"function {qualname} ({_where_code(code)})"
-    return f"callable {_cut(qualname)}"
-
-
-def _value_difference(va: Any, ka: Any, vb: Any, kb: Any, where: str) -> _Inner:
-    """How two static values differ, from their frozen keys, at ``where`` inside them."""
-    try:
-        found = _key_difference(va, ka, vb, kb, where)
-    except Exception:  # noqa: BLE001 - a report never raises
-        found = None
-    if found is not None:
-        return found
-    return _Inner(f"{_short(va)} vs {_short(vb)}", "make it the same in both")
-
-
-def _key_difference(va: Any, ka: Any, vb: Any, kb: Any, where: str) -> _Inner | None:
-    label = where or "it"
-    if isinstance(ka, _static.ByIdentity) or isinstance(kb, _static.ByIdentity):
-        return _identity(va, vb, label)
-    if not (isinstance(ka, tuple) and isinstance(kb, tuple) and ka and kb):
-        return None
-    head_a, head_b = ka[0], kb[0]
-    if head_a == "function" and head_b == "function":
-        return _function_difference(va, ka, vb, kb, where)
-    if head_a != head_b:
-        return _Inner(f"{_short(va)} vs {_short(vb)}", "give the same kind of value in both")
-    if head_a == "method":
-        if ka[1] != kb[1]:
-            return _key_difference(va.__func__, ka[1], vb.__func__, kb[1], where)
-        return _Inner(
-            f"a method bound to another {type(va.__self__).__name__} (compared by identity) at {label}",
-            _identity_fix(label),
-            True,
-        )
-    if isinstance(head_a, type) and issubclass(head_a, functools.partial):
-        parts = (
-            ("func", va.func, vb.func),
-            ("args", va.args, vb.args),
-            ("keywords", va.keywords, vb.keywords),
-        )
-        for i, (part, pa, pb) in enumerate(parts, start=1):
-            if ka[i] != kb[i]:
-                return _key_difference(pa, ka[i], pb, kb[i], f"{where}.{part}".lstrip("."))
-        return None
-    if head_a == "dataclass" or head_a == "object":
-        if ka[1] is not kb[1]:
-            return _Inner(f"a {ka[1].__name__} vs a {kb[1].__name__} at {label}", "give the same type")
-        fields_b = dict(kb[2])
-        for field, sub_a in ka[2]:
-            sub_b = fields_b.get(field)
-            if sub_a != sub_b:
-                return _key_difference(
-                    getattr(va, field, None), sub_a, getattr(vb, field, None), sub_b, f"{where}.{field}"
-                )
-        return None
-    if head_a in (dict, list, tuple) and len(ka) == 2 and len(kb) == 2:
-        items_a, items_b = ka[1], kb[1]
-        keys_a, keys_b = [k for k, _ in items_a], [k for k, _ in items_b]
-        if keys_a != keys_b:
-            what = "keys" if head_a is dict else "length"
-            shown_a = keys_a if head_a is dict else len(keys_a)
-            shown_b = keys_b if head_a is dict else len(keys_b)
-            return _Inner(f"a {head_a.__name__} of another {what} at {label}: {shown_a} vs {shown_b}", "")
-        for (k, sub_a), (_, sub_b) in zip(items_a, items_b):
-            if sub_a != sub_b:
-                return _key_difference(va[k], sub_a, vb[k], sub_b, f"{where}[{k!r}]")
-        return None
-    if head_a in ("array", "tree", "wrapped", "key", "back"):
-        return _Inner(f"{_short(va)} vs {_short(vb)} at {label} ({head_a}s compared by value)", "")
-    # (type, value): a hashable value, compared by ==.
-    if va is not vb and type(va) is type(vb) and _compared_by_identity(va):
-        return _identity(va, vb, label)
-    if type(va) is not type(vb):
-        return _Inner(
-            f"{_short(va)} vs {_short(vb)} at {label} (a {type(va).__name__} vs a {type(vb).__name__})", ""
-        )
-    return _Inner(f"{_short(va)} vs {_short(vb)}" + (f" at {where}" if where else ""), "")
-
-
-def _identity(va: Any, vb: Any, label: str) -> _Inner:
-    kind = type(va).__name__ if type(va) is type(vb) else f"{type(va).__name__} / {type(vb).__name__}"
-    return _Inner(f"captures {label}, a {kind} compared by identity", _identity_fix(label), True)
-
-
-def _function_difference(va: Any, ka: Any, vb: Any, kb: Any, where: str) -> _Inner:
-    """Two functions (``_static._function_key``): code, module, defaults, attributes, cells."""
-    text = _function_text(va)
-    code_a, code_b = ka[1], kb[1]
-    if code_a is not code_b:
-        return _Inner(
-            f"{text} vs {_function_text(vb)}",
-            "different functions are different programs; pass the same function (defined once, at "
-            "module level) in both",
-        )
-    if ka[2] != kb[2]:
-        return _Inner(f"{text}, from another module's globals", "define it in one module")
-    parts = (
-        ("its defaults", 3, getattr(va, "__defaults__", None), getattr(vb, "__defaults__", None)),
-        ("its keyword defaults", 4, getattr(va, "__kwdefaults__", None), getattr(vb, "__kwdefaults__", None)),
-        ("its attributes", 5, getattr(va, "__dict__", None), getattr(vb, "__dict__", None)),
-    )
-    for label, i, pa, pb in parts:
-        if ka[i] != kb[i]:
-            inner = _key_difference(pa, ka[i], pb, kb[i], "")
-            detail = inner.what if inner is not None else f"{_short(pa)} vs {_short(pb)}"
-            return _Inner(f"{text}: {label} differ: {detail}", "give the function the same ones in both")
-    names = code_a.co_freevars
-    cells_a, cells_b = ka[6], kb[6]
-    for i, name in enumerate(names):
-        if i >= len(cells_a) or i >= len(cells_b) or cells_a[i] == cells_b[i]:
-            continue
-        ca, cb = _cell(va, i), _cell(vb, i)
-        inner = _key_difference(ca, cells_a[i], cb, cells_b[i], name)
-        if inner is None:
-            inner = _Inner(f"captures {name}: {_short(ca)} vs {_short(cb)}", "")
-        elif not inner.what.startswith("captures"):
-            inner = inner._replace(what=f"captures {name}: {inner.what}")
-        fix = inner.fix or (
-            "what the function captures is part of the program: capture the same values in both "
-            "(a number a schedule reads becomes a leaf when the function is given as a schedule)"
-        )
-        return _Inner(f"{text} {inner.what}", fix, inner.identity)
-    return _Inner(f"{text} differs", "")
-
-
-def _cell(f: Any, i: int) -> Any:
-    try:
-        return f.__closure__[i].cell_contents
-    except Exception:  # noqa: BLE001 - an empty cell
-        return None
-
-
-# --------------------------------------------------------------------------
-# Short texts.
-
-
-def _cut(x: Any, limit: int = _LIMIT) -> str:
-    text = str(x)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _short(x: Any) -> str:
-    """A value in a few words: ``0.9``, ``a wrapped optax.adam``, ``a dict of 2 items``."""
-    try:
-        if is_wrapped(x):
-            spec = _spec(x)
-            described = _describe_factory(spec)
-            return described if _closure_code(spec) is not None else f"a wrapped {described}"
-        if isinstance(x, (jax.Array, np.ndarray)):
-            if x.size == 1:
-                return f"{np.asarray(x).reshape(())[()]!r} ({_leaves.aval_text(x.shape, x.dtype)})"
-            return f"an array {_leaves.aval_text(x.shape, x.dtype)}"
-        if isinstance(x, types.FunctionType):
-            return _function_text(x)
-        if isinstance(x, (list, tuple, dict)) and len(x) > 4:
-            return f"a {type(x).__name__} of {len(x)} items"
-        return _cut(repr(x))
-    except Exception:  # noqa: BLE001 - only for a message
-        return f"a {type(x).__name__}"
-
-
 __all__ = ["Difference", "Explanation", "explain"]

@@ -1,0 +1,365 @@
+"""How two static values differ, in words: functions by what they capture, factories, statics.
+
+The part of :func:`optax_pytree._explain.explain` that reads a wrapped
+object's static configuration: why an argument is static (detected, marked,
+made static by the library), where two static values differ, read off their
+keys (``_static.freeze``: a function by its code, module, defaults and
+captured cells; an object of the program's by what is read of it, else by
+identity), and the short texts a report shows.
+"""
+
+from __future__ import annotations
+
+# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
+import functools
+import os
+import types
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+
+from . import _leaves, _static
+from ._bind import is_wrapped
+from ._classify import factory_key
+from ._spec import Spec
+from ._tree import spec_of
+
+_LIMIT = 80  # a value's repr in a report, at most
+
+
+class Difference(NamedTuple):
+    """One reason two pytrees do not share a compilation."""
+
+    path: str  # where, as a key path (``adamw.learning_rate.peak_value``); the root's is ``(root)``
+    what: str  # what differs, both values
+    fix: str  # what to do about it, in words
+
+
+def closure_code(spec: Spec) -> types.CodeType | None:
+    """The code of a closure that became a child (``_closures.ClosureFactory``), else None."""
+    code = getattr(spec.info.factory, "code", None)
+    if isinstance(code, types.CodeType) and type(spec.info.factory).__name__ == "ClosureFactory":
+        return code
+    return None
+
+
+def where_code(code: types.CodeType) -> str:
+    return f"{os.path.basename(code.co_filename)}:{code.co_firstlineno}"
+
+
+def describe_factory(spec: Spec) -> str:
+    code = closure_code(spec)
+    if code is not None:
+        qualname = getattr(spec.info.factory, "__qualname__", spec.info.name)
+        return f"the closure {spec.kind} {qualname} ({where_code(code)})"
+    return spec.info.name
+
+
+def factory_difference(spec_a: Spec, spec_b: Spec, where: str) -> Difference:
+    name_a, name_b = describe_factory(spec_a), describe_factory(spec_b)
+    if name_a != name_b:
+        return Difference(
+            where,
+            f"{name_a} vs {name_b}",
+            "different optimizers (or schedules) are different programs: they cannot share a compilation",
+        )
+    # The same name, made by different things: a builder's factory, a closure made again.
+    fa, fb = spec_a.info.factory, spec_b.info.factory
+    code_a, code_b = closure_code(spec_a), closure_code(spec_b)
+    if code_a is not None and code_b is not None:
+        if code_a is not code_b:
+            return Difference(
+                where,
+                f"{name_a}: its code was defined again (another code object for the same function)",
+                "define the function once (at module level), not in a cell or loop that runs again",
+            )
+        ga, gb = getattr(fa, "globals", None), getattr(fb, "globals", None)
+        if ga is not gb:
+            return Difference(
+                where, f"{name_a}: the same code in another module's globals", "define it in one module"
+            )
+        return Difference(
+            where,
+            f"{name_a}: its defaults or attributes differ",
+            "give the function the same defaults and attributes in both",
+        )
+    inner = value_difference(fa, _static.freeze(fa), fb, _static.freeze(fb), "")
+    return Difference(where, f"the factory {name_a}: {inner.what}", inner.fix)
+
+
+def _degraded_why(spec: Spec, name: str) -> str | None:
+    """Why the library made ``name`` static, where it could not honour it (``_spec.degraded``)."""
+    from . import _spec
+
+    try:
+        entries = list(_spec._DEGRADED.data.items())  # pyright: ignore[reportPrivateUsage] - read only
+        key = factory_key(spec.info)
+        for config, (names, why) in entries:
+            if name in names and config.value[0].value[0] == key:
+                return why
+    except Exception:  # noqa: BLE001 - only for a message
+        return None
+    return None
+
+
+def why_static(spec: Spec, name: str, value: Any) -> tuple[str, str]:
+    """(why ``name`` is static, the fix for a sweep over it)."""
+    factory = spec.info.name
+    if name in spec.analysis.static_names:
+        return (
+            f"found by automatic detection: {factory} needs it as a Python value",
+            f"it is static because {factory} needs it as a Python value (a shape, a range, a "
+            "Python branch): it cannot vary without recompiling; sweep it with a loop, one "
+            "compilation per value",
+        )
+    if name in spec.detected:
+        return (
+            "an integer too large for an int32 leaf",
+            "it is static because it does not fit an int32 leaf: it cannot vary without "
+            "recompiling (enable jax_enable_x64 for int64 leaves)",
+        )
+    if name in spec.options.static:
+        degraded = _degraded_why(spec, name)
+        if degraded is not None:
+            return (
+                f"made static by the library, which could not honour it: {degraded}",
+                f"it is static because the library could not keep it dynamic ({degraded}): it "
+                "cannot vary without recompiling",
+            )
+        return (
+            "marked static by static_argnames or optax_pytree.static",
+            "pass it as a number, not in static_argnames nor optax_pytree.static, to keep it a "
+            "dynamic leaf; as it is, each value is a compilation",
+        )
+    if callable(value):
+        return ("a function, compared by its code and what it captures", "")
+    return (
+        f"a {type(value).__name__}, not a number: part of the program",
+        "it is not a number, so it is part of the program: each value is a compilation; keep it "
+        "the same to share one",
+    )
+
+
+def static_difference(
+    spec_a: Spec, spec_b: Spec, name: str, va: Any, vb: Any, ka: Any, kb: Any, at: str
+) -> Difference:
+    why, fix = why_static(spec_a, name, va)
+    closure = closure_code(spec_a) is not None
+    if callable(va) and callable(vb):
+        inner = value_difference(va, ka, vb, kb, "")
+        what = f"a static {inner.what}"
+        if closure:
+            what = f"{describe_factory(spec_a)} captures {name}, {what}"
+        return Difference(at, what, inner.fix)
+    # In a closure, an argument is a captured name: ``captures cfg, a Cfg compared by identity``.
+    inner = value_difference(va, ka, vb, kb, name if closure else "")
+    if inner.identity:
+        what = inner.what if closure else f"static value {inner.what}"
+    else:
+        what = f"static value {inner.what} (static: {why})"
+        if closure:
+            what = f"captures {name}, {what}"
+    if closure:
+        what = f"{describe_factory(spec_a)} {what}"
+    return Difference(at, what, fix if not inner.identity else inner.fix)
+
+
+# Static values, functions included: where two frozen keys (``_static.freeze``) differ.
+
+
+class _Inner(NamedTuple):
+    what: str  # ``0.9 vs 0.8``, or ``function f (a.py:3) captures cfg, a Cfg compared by identity``
+    fix: str
+    identity: bool = False  # compared by identity: the fix is the one for it
+
+
+def _identity_fix(where: str) -> str:
+    return (
+        f"the function captures {where}, which is compared by identity; make the function at "
+        "module level, or capture plain numbers or a dataclass"
+    )
+
+
+def _compared_by_identity(value: Any) -> bool:
+    """A hashable value whose ``==`` is ``is`` (a plain instance of a class of the program's)."""
+    eq = getattr(type(value), "__eq__", None)
+    return eq is object.__eq__ and not isinstance(value, (type, types.ModuleType, types.BuiltinFunctionType))
+
+
+def _function_text(f: Any) -> str:
+    code = getattr(f, "__code__", None)
+    qualname = getattr(f, "__qualname__", None) or repr(f)
+    if isinstance(code, types.CodeType):
+        return f"function {qualname} ({where_code(code)})"
+    return f"callable {cut(qualname)}"
+
+
+def value_difference(va: Any, ka: Any, vb: Any, kb: Any, where: str) -> _Inner:
+    """How two static values differ, from their frozen keys, at ``where`` inside them."""
+    try:
+        found = _key_difference(va, ka, vb, kb, where)
+    except Exception:  # noqa: BLE001 - a report never raises
+        found = None
+    if found is not None:
+        return found
+    return _Inner(f"{short(va)} vs {short(vb)}", "make it the same in both")
+
+
+def _key_difference(va: Any, ka: Any, vb: Any, kb: Any, where: str) -> _Inner | None:
+    label = where or "it"
+    if isinstance(ka, _static.ByIdentity) or isinstance(kb, _static.ByIdentity):
+        return _identity(va, vb, label)
+    if not (isinstance(ka, tuple) and isinstance(kb, tuple) and ka and kb):
+        return None
+    head_a, head_b = ka[0], kb[0]
+    if head_a == "function" and head_b == "function":
+        return _function_difference(va, ka, vb, kb, where)
+    if head_a != head_b:
+        return _Inner(f"{short(va)} vs {short(vb)}", "give the same kind of value in both")
+    if head_a == "method":
+        if ka[1] != kb[1]:
+            return _key_difference(va.__func__, ka[1], vb.__func__, kb[1], where)
+        return _Inner(
+            f"a method bound to another {type(va.__self__).__name__} (compared by identity) at {label}",
+            _identity_fix(label),
+            True,
+        )
+    if isinstance(head_a, type) and issubclass(head_a, functools.partial):
+        parts = (
+            ("func", va.func, vb.func),
+            ("args", va.args, vb.args),
+            ("keywords", va.keywords, vb.keywords),
+        )
+        for i, (part, pa, pb) in enumerate(parts, start=1):
+            if ka[i] != kb[i]:
+                return _key_difference(pa, ka[i], pb, kb[i], f"{where}.{part}".lstrip("."))
+        return None
+    if head_a == "dataclass" or head_a == "object":
+        if ka[1] is not kb[1]:
+            return _Inner(f"a {ka[1].__name__} vs a {kb[1].__name__} at {label}", "give the same type")
+        fields_b = dict(kb[2])
+        for field, sub_a in ka[2]:
+            sub_b = fields_b.get(field)
+            if sub_a != sub_b:
+                return _key_difference(
+                    getattr(va, field, None), sub_a, getattr(vb, field, None), sub_b, f"{where}.{field}"
+                )
+        return None
+    if head_a in (dict, list, tuple) and len(ka) == 2 and len(kb) == 2:
+        items_a, items_b = ka[1], kb[1]
+        keys_a, keys_b = [k for k, _ in items_a], [k for k, _ in items_b]
+        if keys_a != keys_b:
+            what = "keys" if head_a is dict else "length"
+            shown_a = keys_a if head_a is dict else len(keys_a)
+            shown_b = keys_b if head_a is dict else len(keys_b)
+            return _Inner(f"a {head_a.__name__} of another {what} at {label}: {shown_a} vs {shown_b}", "")
+        for (k, sub_a), (_, sub_b) in zip(items_a, items_b):
+            if sub_a != sub_b:
+                return _key_difference(va[k], sub_a, vb[k], sub_b, f"{where}[{k!r}]")
+        return None
+    if head_a in ("array", "tree", "wrapped", "key", "back"):
+        return _Inner(f"{short(va)} vs {short(vb)} at {label} ({head_a}s compared by value)", "")
+    # (type, value): a hashable value, compared by ==.
+    if va is not vb and type(va) is type(vb) and _compared_by_identity(va):
+        return _identity(va, vb, label)
+    if type(va) is not type(vb):
+        return _Inner(
+            f"{short(va)} vs {short(vb)} at {label} (a {type(va).__name__} vs a {type(vb).__name__})", ""
+        )
+    return _Inner(f"{short(va)} vs {short(vb)}" + (f" at {where}" if where else ""), "")
+
+
+def _identity(va: Any, vb: Any, label: str) -> _Inner:
+    kind = type(va).__name__ if type(va) is type(vb) else f"{type(va).__name__} / {type(vb).__name__}"
+    return _Inner(f"captures {label}, a {kind} compared by identity", _identity_fix(label), True)
+
+
+def _function_difference(va: Any, ka: Any, vb: Any, kb: Any, where: str) -> _Inner:
+    """Two functions (``_static._function_key``): code, module, defaults, attributes, cells."""
+    text = _function_text(va)
+    code_a, code_b = ka[1], kb[1]
+    if code_a is not code_b:
+        return _Inner(
+            f"{text} vs {_function_text(vb)}",
+            "different functions are different programs; pass the same function (defined once, at "
+            "module level) in both",
+        )
+    if ka[2] != kb[2]:
+        return _Inner(f"{text}, from another module's globals", "define it in one module")
+    parts = (
+        ("its defaults", 3, getattr(va, "__defaults__", None), getattr(vb, "__defaults__", None)),
+        ("its keyword defaults", 4, getattr(va, "__kwdefaults__", None), getattr(vb, "__kwdefaults__", None)),
+        ("its attributes", 5, getattr(va, "__dict__", None), getattr(vb, "__dict__", None)),
+    )
+    for label, i, pa, pb in parts:
+        if ka[i] != kb[i]:
+            inner = _key_difference(pa, ka[i], pb, kb[i], "")
+            detail = inner.what if inner is not None else f"{short(pa)} vs {short(pb)}"
+            return _Inner(f"{text}: {label} differ: {detail}", "give the function the same ones in both")
+    names = code_a.co_freevars
+    cells_a, cells_b = ka[6], kb[6]
+    for i, name in enumerate(names):
+        if i >= len(cells_a) or i >= len(cells_b) or cells_a[i] == cells_b[i]:
+            continue
+        ca, cb = _cell(va, i), _cell(vb, i)
+        inner = _key_difference(ca, cells_a[i], cb, cells_b[i], name)
+        if inner is None:
+            inner = _Inner(f"captures {name}: {short(ca)} vs {short(cb)}", "")
+        elif not inner.what.startswith("captures"):
+            inner = inner._replace(what=f"captures {name}: {inner.what}")
+        fix = inner.fix or (
+            "what the function captures is part of the program: capture the same values in both "
+            "(a number a schedule reads becomes a leaf when the function is given as a schedule)"
+        )
+        return _Inner(f"{text} {inner.what}", fix, inner.identity)
+    return _Inner(f"{text} differs", "")
+
+
+def _cell(f: Any, i: int) -> Any:
+    try:
+        return f.__closure__[i].cell_contents
+    except Exception:  # noqa: BLE001 - an empty cell
+        return None
+
+
+# --------------------------------------------------------------------------
+# Short texts.
+
+
+def cut(x: Any, limit: int = _LIMIT) -> str:
+    text = str(x)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def short(x: Any) -> str:
+    """A value in a few words: ``0.9``, ``a wrapped optax.adam``, ``a dict of 2 items``."""
+    try:
+        if is_wrapped(x):
+            spec = spec_of(x)
+            described = describe_factory(spec)
+            return described if closure_code(spec) is not None else f"a wrapped {described}"
+        if isinstance(x, (jax.Array, np.ndarray)):
+            if x.size == 1:
+                return f"{np.asarray(x).reshape(())[()]!r} ({_leaves.aval_text(x.shape, x.dtype)})"
+            return f"an array {_leaves.aval_text(x.shape, x.dtype)}"
+        if isinstance(x, types.FunctionType):
+            return _function_text(x)
+        if isinstance(x, (list, tuple, dict)) and len(x) > 4:
+            return f"a {type(x).__name__} of {len(x)} items"
+        return cut(repr(x))
+    except Exception:  # noqa: BLE001 - only for a message
+        return f"a {type(x).__name__}"
+
+
+__all__ = [
+    "Difference",
+    "closure_code",
+    "cut",
+    "describe_factory",
+    "factory_difference",
+    "short",
+    "static_difference",
+    "value_difference",
+    "why_static",
+]
