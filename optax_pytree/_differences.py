@@ -148,10 +148,11 @@ def static_difference(
     closure = closure_code(spec_a) is not None
     if callable(va) and callable(vb):
         inner = value_difference(va, ka, vb, kb, "")
-        what = f"a static {inner.what}"
+        callables = ("function", "functools.partial", "method", "callable")
+        what = f"a static {inner.what}" if inner.what.startswith(callables) else f"static value {inner.what}"
         if closure:
             what = f"{describe_factory(spec_a)} captures {name}, {what}"
-        return Difference(at, what, inner.fix)
+        return Difference(at, what, inner.fix or _CAPTURED_FIX)
     # In a closure, an argument is a captured name: ``captures cfg, a Cfg compared by identity``.
     inner = value_difference(va, ka, vb, kb, name if closure else "")
     if inner.identity:
@@ -166,6 +167,12 @@ def static_difference(
 
 
 # Static values, functions included: where two frozen keys (``_static.freeze``) differ.
+
+
+_CAPTURED_FIX = (
+    "what the function holds is part of the program: give it the same values in both (a number "
+    "that a schedule written as a closure captures becomes a leaf, so a sweep of it compiles once)"
+)
 
 
 class _Inner(NamedTuple):
@@ -221,20 +228,22 @@ def _key_difference(va: Any, ka: Any, vb: Any, kb: Any, where: str) -> _Inner | 
         if ka[1] != kb[1]:
             return _key_difference(va.__func__, ka[1], vb.__func__, kb[1], where)
         return _Inner(
-            f"a method bound to another {type(va.__self__).__name__} (compared by identity) at {label}",
+            f"method bound to another {type(va.__self__).__name__} (compared by identity) at {label}",
             _identity_fix(label),
             True,
         )
     if isinstance(head_a, type) and issubclass(head_a, functools.partial):
-        parts = (
-            ("func", va.func, vb.func),
-            ("args", va.args, vb.args),
-            ("keywords", va.keywords, vb.keywords),
-        )
-        for i, (part, pa, pb) in enumerate(parts, start=1):
+        if ka[1] != kb[1]:
+            return _key_difference(va.func, ka[1], vb.func, kb[1], where)
+        text = f"functools.partial of {_function_text(va.func)}"
+        for i, part in ((2, "args"), (3, "keywords")):
             if ka[i] != kb[i]:
-                return _key_difference(pa, ka[i], pb, kb[i], f"{where}.{part}".lstrip("."))
-        return None
+                pa, pb = getattr(va, part), getattr(vb, part)
+                inner = _key_difference(pa, ka[i], pb, kb[i], f"{where}.{part}".lstrip("."))
+                if inner is None:
+                    inner = _Inner(f"{short(pa)} vs {short(pb)} at {part}", "")
+                return inner._replace(what=f"{text}: {inner.what}")
+        return _Inner(f"{text}: its attributes differ", "")
     if head_a == "dataclass" or head_a == "object":
         if ka[1] is not kb[1]:
             return _Inner(f"a {ka[1].__name__} vs a {kb[1].__name__} at {label}", "give the same type")
@@ -250,10 +259,9 @@ def _key_difference(va: Any, ka: Any, vb: Any, kb: Any, where: str) -> _Inner | 
         items_a, items_b = ka[1], kb[1]
         keys_a, keys_b = [k for k, _ in items_a], [k for k, _ in items_b]
         if keys_a != keys_b:
-            what = "keys" if head_a is dict else "length"
-            shown_a = keys_a if head_a is dict else len(keys_a)
-            shown_b = keys_b if head_a is dict else len(keys_b)
-            return _Inner(f"a {head_a.__name__} of another {what} at {label}: {shown_a} vs {shown_b}", "")
+            at = f" at {where}" if where else ""
+            keys = f" (keys {keys_a} vs {keys_b})" if head_a is dict else ""
+            return _Inner(f"{short(va)} vs {short(vb)}{at}{keys}", "")
         for (k, sub_a), (_, sub_b) in zip(items_a, items_b):
             if sub_a != sub_b:
                 return _key_difference(va[k], sub_a, vb[k], sub_b, f"{where}[{k!r}]")
@@ -327,6 +335,10 @@ def _cell(f: Any, i: int) -> Any:
 # Short texts.
 
 
+def _items(n: int) -> str:
+    return f"{n} item{'' if n == 1 else 's'}"
+
+
 def cut(x: Any, limit: int = _LIMIT) -> str:
     text = str(x)
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -345,9 +357,10 @@ def short(x: Any) -> str:
             return f"an array {_leaves.aval_text(x.shape, x.dtype)}"
         if isinstance(x, types.FunctionType):
             return _function_text(x)
-        if isinstance(x, (list, tuple, dict)) and len(x) > 4:
-            return f"a {type(x).__name__} of {len(x)} items"
-        return cut(repr(x))
+        text = repr(x)
+        if isinstance(x, (list, tuple, dict)) and len(text) > _LIMIT:
+            return f"a {type(x).__name__} of {_items(len(x))}"
+        return cut(text)
     except Exception:  # noqa: BLE001 - only for a message
         return f"a {type(x).__name__}"
 

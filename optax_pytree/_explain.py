@@ -397,7 +397,7 @@ def _argument(a: Any, b: Any, name: str, at: str, out: list[Difference]) -> None
         key_b = None if template_b is None else template_b.key
         if key_a != key_b:
             va, vb = a.hyperparams[name], b.hyperparams[name]
-            inner = value_difference(va, _static.freeze(va), vb, _static.freeze(vb), name)
+            inner = value_difference(va, _static.freeze(va), vb, _static.freeze(vb), "")
             out.append(
                 Difference(
                     at,

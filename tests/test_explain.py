@@ -7,6 +7,7 @@ case checks against a jitted function that "shares" means one trace.
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
@@ -104,7 +105,7 @@ def test_a_difference_deep_in_a_chain_is_named_by_its_path() -> None:
 
 def test_a_chain_of_another_length() -> None:
     report = _differences(dropin.chain(dropin.sgd(0.1)), dropin.chain(dropin.sgd(0.1), dropin.sgd(0.1)))
-    assert "chain.args" in report and "1 vs 2" in report
+    assert "chain.args" in report and "a tuple of 1 item vs a tuple of 2 items" in report
 
 
 class _Config:
@@ -153,7 +154,8 @@ def test_a_mask_capturing_other_values() -> None:
         return lambda params: {k: k in names for k in params}
 
     report = _differences(dropin.adamw(1e-3, mask=mask_of(("w",))), dropin.adamw(1e-3, mask=mask_of(("b",))))
-    assert "adamw.mask" in report and "captures names" in report and "'w' vs 'b'" in report
+    assert "adamw.mask: a static function" in report and "captures names" in report
+    assert "'w' vs 'b'" in report
 
 
 def test_a_float_and_an_int() -> None:
@@ -197,3 +199,17 @@ def test_never_raises_on_odd_leaves() -> None:
     found = explain(("a", object()), ("b", object()))
     assert not found and "[0]" in str(found) and "[1]" in str(found)
     assert explain(None, None) and explain((), ())
+
+
+def _decays(params: Any, names: list[str]) -> Any:
+    return {k: k in names for k in params}
+
+
+def test_a_partial_with_other_keywords() -> None:
+    def make(names: list[str]) -> Any:
+        return dropin.masked(dropin.scale(1.0), functools.partial(_decays, names=names))
+
+    report = _differences(make(["w1", "w2"]), make(["w1"]))
+    assert "masked.mask: a static functools.partial of function _decays" in report
+    assert "['w1', 'w2'] vs ['w1'] at keywords['names']" in report
+    assert explain(make(["w1"]), make(["w1"]))
