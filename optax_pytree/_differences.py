@@ -170,8 +170,8 @@ def static_difference(
 
 
 _CAPTURED_FIX = (
-    "what the function holds is part of the program: give it the same values in both (a number "
-    "that a schedule written as a closure captures becomes a leaf, so a sweep of it compiles once)"
+    "what a static function holds is part of the program, one compilation per value: keep it the "
+    "same in both (a schedule written as a closure over numbers is the exception: its numbers are leaves)"
 )
 
 

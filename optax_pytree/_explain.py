@@ -103,11 +103,10 @@ def explain(a: Any, b: Any) -> Explanation:
 
     Examples:
         >>> import optax, optax_pytree as opx
-        >>> from optax_pytree._explain import explain
         >>> a = opx.wrap(optax.adam, 1e-3, b1=opx.static(0.9))
-        >>> print(explain(a, a.replace(learning_rate=3e-4)))
+        >>> print(opx.explain(a, a.replace(learning_rate=3e-4)))
         one compilation: same structure and leaf shapes/dtypes
-        >>> print(explain(a, a.replace(b1=0.8)))  # doctest: +NORMALIZE_WHITESPACE
+        >>> print(opx.explain(a, a.replace(b1=0.8)))  # doctest: +NORMALIZE_WHITESPACE
         two compilations: 1 difference
         - adam.b1: static value 0.9 vs 0.8 (static: marked static by static_argnames or optax_pytree.static)
           fix: pass it as a number, not in static_argnames nor optax_pytree.static, to keep it a
