@@ -20,7 +20,7 @@ import jax
 import numpy as np
 
 from . import _leaves, _static
-from ._bind import is_wrapped
+from ._bind import is_plain_transformation, is_wrapped
 from ._classify import factory_key
 from ._spec import Spec
 from ._tree import spec_of
@@ -347,6 +347,8 @@ def cut(x: Any, limit: int = _LIMIT) -> str:
 def short(x: Any) -> str:
     """A value in a few words: ``0.9``, ``a wrapped optax.adam``, ``a dict of 2 items``."""
     try:
+        if is_plain_transformation(x):
+            return "a plain optax transformation"
         if is_wrapped(x):
             spec = spec_of(x)
             described = describe_factory(spec)

@@ -13,6 +13,7 @@ another program: its key path, the two values, and the fix.
 from __future__ import annotations
 
 # pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -20,11 +21,10 @@ import jax
 import numpy as np
 
 from . import _expr, _leaves, _static
-from ._bind import is_wrapped
+from ._bind import is_plain_transformation, is_wrapped
 from ._classify import factory_key
 from ._differences import (
     Difference,
-    closure_code,
     cut,
     describe_factory,
     factory_difference,
@@ -132,7 +132,23 @@ def explain(a: Any, b: Any) -> Explanation:
                 _ASK,
             )
         )
-    return Explanation(False, tuple(out))
+    return Explanation(False, _grouped(out))
+
+
+def _grouped(found: list[Difference]) -> tuple[Difference, ...]:
+    """Consecutive differences alike (every leaf of a batch) as one, their paths listed."""
+    groups: list[list[Difference]] = []
+    for d in found:
+        if groups and (groups[-1][0].what, groups[-1][0].fix) == (d.what, d.fix):
+            groups[-1].append(d)
+        else:
+            groups.append([d])
+    out: list[Difference] = []
+    for group in groups:
+        paths = [d.path for d in group]
+        shown = ", ".join(paths[:4]) + (f" and {len(paths) - 4} more" if len(paths) > 4 else "")
+        out.append(group[0]._replace(path=shown))
+    return tuple(out)
 
 
 _ASK = "make both the same there (explain could not name the part that differs)"
@@ -161,11 +177,20 @@ def _shares(a: Any, b: Any) -> bool:
     for x, y in zip(leaves_a, leaves_b):
         ax, ay = _aval(x), _aval(y)
         if ax is None or ay is None:
-            if _static.freeze(x) != _static.freeze(y):
+            if not (ax is None and ay is None and _same_object_leaf(x, y)):
                 return False
         elif ax != ay:
             return False
     return True
+
+
+def _same_object_leaf(x: Any, y: Any) -> bool:
+    """Leaves that are no arrays (a function, a string) as ``eqx.filter_jit`` compares them: by
+    ``==`` (``jax.jit`` refuses them as arguments)."""
+    try:
+        return type(x) is type(y) and bool(x == y)
+    except Exception:  # noqa: BLE001 - an ``==`` that does not give a bool
+        return x is y
 
 
 def _aval_text(aval: Any) -> str:
@@ -191,21 +216,29 @@ def _leaf(a: Any, b: Any, path: str, out: list[Difference]) -> None:
     """Two leaves: their avals (shape, dtype, weak type), else (not arrays) their values."""
     aa, ab = _aval(a), _aval(b)
     if aa is None or ab is None:
-        if aa is None and ab is None and _static.freeze(a) == _static.freeze(b):
+        if aa is None and ab is None and _same_object_leaf(a, b):
             return
         out.append(
             Difference(
                 path,
-                f"a leaf {short(a)} vs {short(b)}, not an array in one: compared by value",
-                "a leaf of a jitted argument should be an array or a number; make this one the "
-                "same in both, or mark it static",
+                f"{short(a)} vs {short(b)}: a leaf that is not an array (jax.jit refuses it as an "
+                "argument; eqx.filter_jit compares it with ==)",
+                "make the leaves arrays or numbers, or keep this value out of the arguments",
             )
         )
         return
     if aa == ab:
         return
     what = f"{_aval_text(aa)} ({_given(a)}) vs {_aval_text(ab)} ({_given(b)})"
-    if tuple(aa.shape) != tuple(ab.shape):
+    shape_a, shape_b = tuple(aa.shape), tuple(ab.shape)
+    # A batch (``opx.grid``, ``opx.stack``) differs from another in its leading axis only.
+    batches = (shape_a and shape_b and shape_a[1:] == shape_b[1:]) or shape_a[1:] == shape_b
+    if shape_a != shape_b and (batches or shape_b[1:] == shape_a):
+        fix = (
+            "a leaf's shape is part of the compiled program: a batch of another size (or a batch and "
+            "one member) is another program; give batches of one size"
+        )
+    elif shape_a != shape_b:
         fix = "a leaf's shape is part of the compiled program: give arrays of one shape"
     elif aa.dtype == ab.dtype:
         fix = (
@@ -231,10 +264,11 @@ def _root_name(x: Any) -> str:
 
 
 def _short_name(spec: Spec) -> str:
+    """``adam`` for ``optax.adam``; ``inject_hyperparams(optax.adam)`` as it is, less ``optax.``."""
     name = spec.info.name
-    if closure_code(spec) is not None:
+    if re.fullmatch(r"[\w.<>]+", name):
         return name.rsplit(".", 1)[-1]
-    return name.rsplit(".", 1)[-1] if name.startswith("optax.") else name
+    return name.removeprefix("optax.")
 
 
 def _join(path: str, key: Any) -> str:
@@ -256,6 +290,17 @@ def _walk(a: Any, b: Any, path: str, out: list[Difference]) -> None:
     where = path or "(root)"
     if is_wrapped(a) and is_wrapped(b):
         _wrapped(a, b, path, out)
+        return
+    if is_plain_transformation(a) or is_plain_transformation(b):
+        out.append(
+            Difference(
+                where,
+                f"{short(a)} vs {short(b)}",
+                "a plain optax transformation is two functions, not a pytree of its hyperparameters: "
+                "jax.jit refuses it as an argument, and as a static one each new object is a "
+                "compilation; wrap it (opx.wrap(optax.adam, 1e-3), or import optax_pytree.optax as optax)",
+            )
+        )
         return
     if is_wrapped(a) or is_wrapped(b):
         out.append(Difference(where, f"{short(a)} vs {short(b)}", "give the same kind of object in both"))
@@ -431,6 +476,15 @@ def _role_difference(a: Any, b: Any, name: str, at: str) -> Difference:
     if statics:
         spec, value = statics[0]
         why, fix = why_static(spec, name, value)
+        other = spec_b if spec is spec_a else spec_a
+        if name in other.analysis.exponents and value in _expr.SPECIALIZED_EXPONENTS:
+            return Difference(
+                at,
+                what,
+                f"{spec.info.name} raises to this power, and plain optax's program specializes the "
+                "powers 2.0, 3.0, 0.5 and -1.0 (x ** 2.0 is x * x): those values are static, each its "
+                "own compilation; any other value is a dynamic leaf, all of them one compilation",
+            )
         if _leaves.is_numeric(value) or why.startswith("found"):
             return Difference(at, what, fix)
         return Difference(

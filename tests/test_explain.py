@@ -213,3 +213,27 @@ def test_a_partial_with_other_keywords() -> None:
     assert "masked.mask: a static functools.partial of function _decays" in report
     assert "['w1', 'w2'] vs ['w1'] at keywords['names']" in report
     assert explain(make(["w1"]), make(["w1"]))
+
+
+def test_a_batch_of_another_size_is_one_entry_for_all_its_leaves() -> None:
+    base = opx.wrap(optax.adam, 1e-3)
+    two, _ = opx.grid(base, learning_rate=[1e-3, 1e-2])
+    three, _ = opx.grid(base, learning_rate=[1e-3, 1e-2, 3e-2])
+    found = explain(two, three)
+    assert len(found.differences) == 1
+    assert found.differences[0].path == "adam.learning_rate, adam.b1, adam.b2, adam.eps and 1 more"
+    assert "float32[2] weakly typed" in str(found) and "batches of one size" in str(found)
+
+
+def test_a_plain_optax_transformation_says_to_wrap_it() -> None:
+    report = _differences(optax.adam(1e-3), optax.adam(1e-3))
+    assert "a plain optax transformation" in report and "opx.wrap" in report
+    report = _differences(opx.wrap(optax.adam, 1e-3), optax.adam(1e-3))
+    assert "a wrapped optax.adam vs a plain optax transformation" in report
+
+
+def test_a_specialized_power_is_static_for_that_value_only() -> None:
+    a = opx.wrap(optax.polynomial_schedule, 1.0, 0.0, 2.0, 100)
+    report = _differences(a, a.replace(power=1.5))
+    assert "polynomial_schedule.power: static (2.0" in report and "a dynamic leaf" in report
+    assert "specializes the powers 2.0, 3.0, 0.5 and -1.0" in report
