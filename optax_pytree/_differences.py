@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from . import _leaves, _static
+from . import _expr, _leaves, _static
 from ._bind import is_plain_transformation, is_wrapped
 from ._classify import factory_key
 from ._spec import Spec
@@ -164,6 +164,70 @@ def static_difference(
     if closure:
         what = f"{describe_factory(spec_a)} {what}"
     return Difference(at, what, fix if not inner.identity else inner.fix)
+
+
+# Guards and analyses.
+
+
+def guard_differences(spec_a: Spec, spec_b: Spec, path: str, reported: set[str]) -> list[Difference]:
+    """Guarded arguments on other branches (``peak_value == 0.0 is True`` vs ``False``)."""
+    out: list[Difference] = []
+    ga, gb = dict(spec_a.guards), dict(spec_b.guards)
+    keys = [*ga, *(k for k in gb if k not in ga)]
+    # A comparison made in one only follows from another branch taken earlier
+    # (the factory returned before it): named only when no outcome differs.
+    other_branch = any(k in ga and k in gb and ga[k] != gb[k] for k in keys)
+    for key in keys:
+        if ga.get(key) == gb.get(key) or (other_branch and (key not in ga or key not in gb)):
+            continue
+        names = sorted(_expr.key_names(key))
+        if set(names) & reported:  # explained already (an int given for a float, say)
+            continue
+        text = _expr.key_text(key)
+        at = ", ".join(f"{path}.{n}".lstrip(".") for n in names) or path or "(root)"
+        outcome_a = ga.get(key, "not compared")
+        outcome_b = gb.get(key, "not compared")
+        out.append(
+            Difference(
+                at,
+                f"{text} is {outcome_a} vs {outcome_b}: a guarded value on another branch of "
+                f"{describe_factory(spec_a)}",
+                f"{spec_a.info.name} compares it in Python: values on the same side of `{text}` share "
+                "one compilation, a value on the other side is another program",
+            )
+        )
+    return out
+
+
+def analysis_difference(spec_a: Spec, spec_b: Spec, where: str) -> Difference:
+    """Nothing named: what else the analyses differ in (modes, carried expressions, options)."""
+    parts: list[str] = []
+    if spec_a.options.key() != spec_b.options.key():
+        parts.append(f"static_argnames/dynamic_argnames {_options(spec_a)} vs {_options(spec_b)}")
+    modes_a, modes_b = spec_a.analysis.modes, spec_b.analysis.modes
+    for n in sorted(set(modes_a) | set(modes_b)):
+        if modes_a.get(n) != modes_b.get(n):
+            parts.append(f"{n} is {_mode(modes_a.get(n))} vs {_mode(modes_b.get(n))}")
+    if spec_a.carried != spec_b.carried:
+        parts.append("it computes other expressions of its arguments in Python")
+    what = "; ".join(parts) or "its analysis differs (another branch of the factory's Python code)"
+    return Difference(
+        where,
+        f"{spec_a.info.name}: {what}",
+        "the values take another path through the factory's Python code: give values of the same "
+        "kind (and on the same side of its comparisons)",
+    )
+
+
+def _options(spec: Spec) -> str:
+    o = spec.options
+    return f"({sorted(o.static)}, {sorted(o.dynamic)})"
+
+
+def _mode(mode: Any) -> str:
+    if mode is None:
+        return "a plain leaf"
+    return "compared in Python (guarded)" if mode.guarded else str(mode.name).lower()
 
 
 # Static values, functions included: where two frozen keys (``_static.freeze``) differ.
@@ -369,10 +433,12 @@ def short(x: Any) -> str:
 
 __all__ = [
     "Difference",
+    "analysis_difference",
     "closure_code",
     "cut",
     "describe_factory",
     "factory_difference",
+    "guard_differences",
     "short",
     "static_difference",
     "value_difference",

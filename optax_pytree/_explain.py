@@ -25,9 +25,10 @@ from ._bind import is_plain_transformation, is_wrapped
 from ._classify import factory_key
 from ._differences import (
     Difference,
+    analysis_difference,
     cut,
-    describe_factory,
     factory_difference,
+    guard_differences,
     short,
     static_difference,
     value_difference,
@@ -410,9 +411,9 @@ def _wrapped(a: Any, b: Any, path: str, out: list[Difference]) -> None:
         _argument(a, b, name, at, out)
         if len(out) > before:
             reported.add(name)
-    _guards(spec_a, spec_b, path, reported, out)
+    out.extend(guard_differences(spec_a, spec_b, path, reported))
     if len(out) == found and spec_a is not spec_b and spec_a != spec_b:
-        out.append(_analysis_difference(spec_a, spec_b, where))
+        out.append(analysis_difference(spec_a, spec_b, where))
     if len(out) == found:  # the carried values (``exact``) last: they follow the arguments
         exact_a, exact_b = a._core.exact, b._core.exact
         if (exact_a is None) != (exact_b is None):
@@ -499,65 +500,6 @@ def _role_difference(a: Any, b: Any, name: str, at: str) -> Difference:
         "give the same kind of value in both: a number is a dynamic leaf, a wrapped schedule (or a "
         "closure schedule) a child with its own leaves",
     )
-
-
-def _guards(spec_a: Spec, spec_b: Spec, path: str, reported: set[str], out: list[Difference]) -> None:
-    """Guarded arguments on other branches (``peak_value == 0.0 is True`` vs ``False``)."""
-    ga, gb = dict(spec_a.guards), dict(spec_b.guards)
-    keys = [*ga, *(k for k in gb if k not in ga)]
-    # A comparison made in one only follows from another branch taken earlier
-    # (the factory returned before it): named only when no outcome differs.
-    other_branch = any(k in ga and k in gb and ga[k] != gb[k] for k in keys)
-    for key in keys:
-        if ga.get(key) == gb.get(key) or (other_branch and (key not in ga or key not in gb)):
-            continue
-        names = sorted(_expr.key_names(key))
-        if set(names) & reported:  # explained already (an int given for a float, say)
-            continue
-        text = _expr.key_text(key)
-        at = ", ".join(f"{path}.{n}".lstrip(".") for n in names) or path or "(root)"
-        outcome_a = ga.get(key, "not compared")
-        outcome_b = gb.get(key, "not compared")
-        out.append(
-            Difference(
-                at,
-                f"{text} is {outcome_a} vs {outcome_b}: a guarded value on another branch of "
-                f"{describe_factory(spec_a)}",
-                f"{spec_a.info.name} compares it in Python: values on the same side of `{text}` share "
-                "one compilation, a value on the other side is another program",
-            )
-        )
-
-
-def _analysis_difference(spec_a: Spec, spec_b: Spec, where: str) -> Difference:
-    """Nothing named: what else the analyses differ in (modes, carried expressions, options)."""
-    parts: list[str] = []
-    if spec_a.options.key() != spec_b.options.key():
-        parts.append(f"static_argnames/dynamic_argnames {_options(spec_a)} vs {_options(spec_b)}")
-    modes_a, modes_b = spec_a.analysis.modes, spec_b.analysis.modes
-    for n in sorted(set(modes_a) | set(modes_b)):
-        if modes_a.get(n) != modes_b.get(n):
-            parts.append(f"{n} is {_mode(modes_a.get(n))} vs {_mode(modes_b.get(n))}")
-    if spec_a.carried != spec_b.carried:
-        parts.append("it computes other expressions of its arguments in Python")
-    what = "; ".join(parts) or "its analysis differs (another branch of the factory's Python code)"
-    return Difference(
-        where,
-        f"{spec_a.info.name}: {what}",
-        "the values take another path through the factory's Python code: give values of the same "
-        "kind (and on the same side of its comparisons)",
-    )
-
-
-def _options(spec: Spec) -> str:
-    o = spec.options
-    return f"({sorted(o.static)}, {sorted(o.dynamic)})"
-
-
-def _mode(mode: Any) -> str:
-    if mode is None:
-        return "a plain leaf"
-    return "compared in Python (guarded)" if mode.guarded else str(mode.name).lower()
 
 
 # --------------------------------------------------------------------------
