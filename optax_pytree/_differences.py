@@ -85,7 +85,7 @@ def factory_difference(spec_a: Spec, spec_b: Spec, where: str) -> Difference:
             "give the function the same defaults and attributes in both",
         )
     inner = value_difference(fa, _static.freeze(fa), fb, _static.freeze(fb), "")
-    return Difference(where, f"the factory {name_a}: {inner.what}", inner.fix)
+    return Difference(where, f"the factory {name_a}: {inner.text()}", inner.fix or _CAPTURED_FIX)
 
 
 def _degraded_why(spec: Spec, name: str) -> str | None:
@@ -103,67 +103,82 @@ def _degraded_why(spec: Spec, name: str) -> str | None:
     return None
 
 
-def why_static(spec: Spec, name: str, value: Any) -> tuple[str, str]:
-    """(why ``name`` is static, the fix for a sweep over it)."""
+class WhyStatic(NamedTuple):
+    """Why an argument is static, and the fix for a sweep over it."""
+
+    why: str  # in a few words: ``found by automatic detection: optax.lbfgs needs it as a Python value``
+    fix: str
+    chosen: bool  # made static for its value (marked, detected, too wide, degraded), not by its kind
+
+
+def why_static(spec: Spec, name: str, value: Any) -> WhyStatic:
     factory = spec.info.name
     if name in spec.analysis.static_names:
-        return (
+        return WhyStatic(
             f"found by automatic detection: {factory} needs it as a Python value",
             f"it is static because {factory} needs it as a Python value (a shape, a range, a "
             "Python branch): it cannot vary without recompiling; sweep it with a loop, one "
             "compilation per value",
+            True,
         )
     if name in spec.detected:
-        return (
+        return WhyStatic(
             "an integer too large for an int32 leaf",
             "it is static because it does not fit an int32 leaf: it cannot vary without "
             "recompiling (enable jax_enable_x64 for int64 leaves)",
+            True,
         )
     if name in spec.options.static:
         degraded = _degraded_why(spec, name)
         if degraded is not None:
-            return (
+            return WhyStatic(
                 f"made static by the library, which could not honour it: {degraded}",
                 f"it is static because the library could not keep it dynamic ({degraded}): it "
                 "cannot vary without recompiling",
+                True,
             )
-        return (
+        return WhyStatic(
             "marked static by static_argnames or optax_pytree.static",
             "pass it as a number, not in static_argnames nor optax_pytree.static, to keep it a "
             "dynamic leaf; as it is, each value is a compilation",
+            True,
         )
     if callable(value):
-        return ("a function, compared by its code and what it captures", "")
-    return (
+        return WhyStatic("a function, compared by its code and what it captures", _CAPTURED_FIX, False)
+    return WhyStatic(
         f"a {type(value).__name__}, not a number: part of the program",
         "it is not a number, so it is part of the program: each value is a compilation; keep it "
         "the same to share one",
+        False,
     )
+
+
+_FUNCTIONS = (types.FunctionType, types.MethodType, functools.partial)
 
 
 def static_difference(
     spec_a: Spec, spec_b: Spec, name: str, va: Any, vb: Any, ka: Any, kb: Any, at: str
 ) -> Difference:
-    why, fix = why_static(spec_a, name, va)
-    closure = closure_code(spec_a) is not None
-    if callable(va) and callable(vb):
-        inner = value_difference(va, ka, vb, kb, "")
-        callables = ("function", "functools.partial", "method", "callable")
-        what = f"a static {inner.what}" if inner.what.startswith(callables) else f"static value {inner.what}"
-        if closure:
-            what = f"{describe_factory(spec_a)} captures {name}, {what}"
-        return Difference(at, what, inner.fix or _CAPTURED_FIX)
-    # In a closure, an argument is a captured name: ``captures cfg, a Cfg compared by identity``.
+    """A static argument's two values: which part differs, why it is static, the fix."""
+    closure = closure_code(spec_a) is not None  # its arguments are captured names
     inner = value_difference(va, ka, vb, kb, name if closure else "")
-    if inner.identity:
-        what = inner.what if closure else f"static value {inner.what}"
+    located = inner.what if inner.where == name else inner.text()
+    if isinstance(va, _FUNCTIONS) and isinstance(vb, _FUNCTIONS):
+        what, fix = f"a static {located}", inner.fix or _CAPTURED_FIX
+    elif inner.identity:
+        what, fix = located, inner.fix
+        if not closure:
+            what = f"static value, {located}"
+            fix = (
+                "an object compared by identity is another static value each time: pass the same "
+                "object, or one compared by value (a dataclass, a hashable value)"
+            )
     else:
-        what = f"static value {inner.what} (static: {why})"
-        if closure:
-            what = f"captures {name}, {what}"
+        reason = why_static(spec_a, name, va)
+        what, fix = f"static value {located} (static: {reason.why})", reason.fix
     if closure:
-        what = f"{describe_factory(spec_a)} {what}"
-    return Difference(at, what, fix if not inner.identity else inner.fix)
+        what = f"{describe_factory(spec_a)} captures {name}, {what}"
+    return Difference(at, what, fix)
 
 
 # Guards and analyses.
@@ -239,10 +254,16 @@ _CAPTURED_FIX = (
 )
 
 
-class _Inner(NamedTuple):
-    what: str  # ``0.9 vs 0.8``, or ``function f (a.py:3) captures cfg, a Cfg compared by identity``
-    fix: str
-    identity: bool = False  # compared by identity: the fix is the one for it
+class Found(NamedTuple):
+    """Where two static values differ, found inside them."""
+
+    what: str  # without its place: ``'a' vs 'b'``, ``a Config compared by identity``
+    where: str  # its place inside the values (``names[0]``, ``keywords['names']``); "" for the values
+    fix: str = ""  # "": the caller's
+    identity: bool = False  # an object compared by identity (the fix says so)
+
+    def text(self) -> str:
+        return f"{self.what} at {self.where}" if self.where else self.what
 
 
 def _identity_fix(where: str) -> str:
@@ -266,35 +287,33 @@ def _function_text(f: Any) -> str:
     return f"callable {cut(qualname)}"
 
 
-def value_difference(va: Any, ka: Any, vb: Any, kb: Any, where: str) -> _Inner:
-    """How two static values differ, from their frozen keys, at ``where`` inside them."""
+def value_difference(va: Any, ka: Any, vb: Any, kb: Any, where: str) -> Found:
+    """How two static values differ, from their frozen keys; ``where``: their place."""
     try:
         found = _key_difference(va, ka, vb, kb, where)
     except Exception:  # noqa: BLE001 - a report never raises
         found = None
     if found is not None:
         return found
-    return _Inner(f"{short(va)} vs {short(vb)}", "make it the same in both")
+    return Found(f"{short(va)} vs {short(vb)}", where, "make it the same in both")
 
 
-def _key_difference(va: Any, ka: Any, vb: Any, kb: Any, where: str) -> _Inner | None:
-    label = where or "it"
+def _key_difference(va: Any, ka: Any, vb: Any, kb: Any, where: str) -> Found | None:
     if isinstance(ka, _static.ByIdentity) or isinstance(kb, _static.ByIdentity):
-        return _identity(va, vb, label)
+        return _identity(va, vb, where)
     if not (isinstance(ka, tuple) and isinstance(kb, tuple) and ka and kb):
         return None
     head_a, head_b = ka[0], kb[0]
     if head_a == "function" and head_b == "function":
         return _function_difference(va, ka, vb, kb, where)
     if head_a != head_b:
-        return _Inner(f"{short(va)} vs {short(vb)}", "give the same kind of value in both")
+        return Found(f"{short(va)} vs {short(vb)}", where, "give the same kind of value in both")
     if head_a == "method":
         if ka[1] != kb[1]:
             return _key_difference(va.__func__, ka[1], vb.__func__, kb[1], where)
-        return _Inner(
-            f"method bound to another {type(va.__self__).__name__} (compared by identity) at {label}",
-            _identity_fix(label),
-            True,
+        kind = type(va.__self__).__name__
+        return Found(
+            f"method bound to another {kind}, compared by identity", where, _identity_fix(where), True
         )
     if isinstance(head_a, type) and issubclass(head_a, functools.partial):
         if ka[1] != kb[1]:
@@ -303,62 +322,59 @@ def _key_difference(va: Any, ka: Any, vb: Any, kb: Any, where: str) -> _Inner | 
         for i, part in ((2, "args"), (3, "keywords")):
             if ka[i] != kb[i]:
                 pa, pb = getattr(va, part), getattr(vb, part)
-                inner = _key_difference(pa, ka[i], pb, kb[i], f"{where}.{part}".lstrip("."))
-                if inner is None:
-                    inner = _Inner(f"{short(pa)} vs {short(pb)} at {part}", "")
-                return inner._replace(what=f"{text}: {inner.what}")
-        return _Inner(f"{text}: its attributes differ", "")
+                inner = _key_difference(pa, ka[i], pb, kb[i], part) or Found(
+                    f"{short(pa)} vs {short(pb)}", part
+                )
+                return inner._replace(what=f"{text}: {inner.text()}", where=where)
+        return Found(f"{text}: its attributes differ", where)
     if head_a == "dataclass" or head_a == "object":
         if ka[1] is not kb[1]:
-            return _Inner(f"a {ka[1].__name__} vs a {kb[1].__name__} at {label}", "give the same type")
+            return Found(f"a {ka[1].__name__} vs a {kb[1].__name__}", where, "give the same type")
         fields_b = dict(kb[2])
         for field, sub_a in ka[2]:
             sub_b = fields_b.get(field)
             if sub_a != sub_b:
-                return _key_difference(
-                    getattr(va, field, None), sub_a, getattr(vb, field, None), sub_b, f"{where}.{field}"
-                )
+                va, vb = getattr(va, field, None), getattr(vb, field, None)
+                return _key_difference(va, sub_a, vb, sub_b, f"{where}.{field}".lstrip("."))
         return None
     if head_a in (dict, list, tuple) and len(ka) == 2 and len(kb) == 2:
         items_a, items_b = ka[1], kb[1]
         keys_a, keys_b = [k for k, _ in items_a], [k for k, _ in items_b]
         if keys_a != keys_b:
-            at = f" at {where}" if where else ""
             keys = f" (keys {keys_a} vs {keys_b})" if head_a is dict else ""
-            return _Inner(f"{short(va)} vs {short(vb)}{at}{keys}", "")
+            return Found(f"{short(va)} vs {short(vb)}{keys}", where)
         for (k, sub_a), (_, sub_b) in zip(items_a, items_b):
             if sub_a != sub_b:
                 return _key_difference(va[k], sub_a, vb[k], sub_b, f"{where}[{k!r}]")
         return None
     if head_a in ("array", "tree", "wrapped", "key", "back"):
-        return _Inner(f"{short(va)} vs {short(vb)} at {label} ({head_a}s compared by value)", "")
+        return Found(f"{short(va)} vs {short(vb)} ({head_a}s compared by value)", where)
     # (type, value): a hashable value, compared by ==.
     if va is not vb and type(va) is type(vb) and _compared_by_identity(va):
-        return _identity(va, vb, label)
+        return _identity(va, vb, where)
     if type(va) is not type(vb):
-        return _Inner(
-            f"{short(va)} vs {short(vb)} at {label} (a {type(va).__name__} vs a {type(vb).__name__})", ""
-        )
-    return _Inner(f"{short(va)} vs {short(vb)}" + (f" at {where}" if where else ""), "")
+        return Found(f"{short(va)} vs {short(vb)} (a {type(va).__name__} vs a {type(vb).__name__})", where)
+    return Found(f"{short(va)} vs {short(vb)}", where)
 
 
-def _identity(va: Any, vb: Any, label: str) -> _Inner:
+def _identity(va: Any, vb: Any, where: str) -> Found:
     kind = type(va).__name__ if type(va) is type(vb) else f"{type(va).__name__} / {type(vb).__name__}"
-    return _Inner(f"captures {label}, a {kind} compared by identity", _identity_fix(label), True)
+    return Found(f"a {kind} compared by identity", where, _identity_fix(where or "it"), True)
 
 
-def _function_difference(va: Any, ka: Any, vb: Any, kb: Any, where: str) -> _Inner:
+def _function_difference(va: Any, ka: Any, vb: Any, kb: Any, where: str) -> Found:
     """Two functions (``_static._function_key``): code, module, defaults, attributes, cells."""
     text = _function_text(va)
     code_a, code_b = ka[1], kb[1]
     if code_a is not code_b:
-        return _Inner(
+        return Found(
             f"{text} vs {_function_text(vb)}",
+            where,
             "different functions are different programs; pass the same function (defined once, at "
             "module level) in both",
         )
     if ka[2] != kb[2]:
-        return _Inner(f"{text}, from another module's globals", "define it in one module")
+        return Found(f"{text}, from another module's globals", where, "define it in one module")
     parts = (
         ("its defaults", 3, getattr(va, "__defaults__", None), getattr(vb, "__defaults__", None)),
         ("its keyword defaults", 4, getattr(va, "__kwdefaults__", None), getattr(vb, "__kwdefaults__", None)),
@@ -366,26 +382,24 @@ def _function_difference(va: Any, ka: Any, vb: Any, kb: Any, where: str) -> _Inn
     )
     for label, i, pa, pb in parts:
         if ka[i] != kb[i]:
-            inner = _key_difference(pa, ka[i], pb, kb[i], "")
-            detail = inner.what if inner is not None else f"{short(pa)} vs {short(pb)}"
-            return _Inner(f"{text}: {label} differ: {detail}", "give the function the same ones in both")
-    names = code_a.co_freevars
+            inner = _key_difference(pa, ka[i], pb, kb[i], "") or Found(f"{short(pa)} vs {short(pb)}", "")
+            return Found(
+                f"{text}: {label} differ: {inner.text()}", where, "give the function the same ones in both"
+            )
     cells_a, cells_b = ka[6], kb[6]
-    for i, name in enumerate(names):
+    for i, name in enumerate(code_a.co_freevars):
         if i >= len(cells_a) or i >= len(cells_b) or cells_a[i] == cells_b[i]:
             continue
         ca, cb = _cell(va, i), _cell(vb, i)
-        inner = _key_difference(ca, cells_a[i], cb, cells_b[i], name)
-        if inner is None:
-            inner = _Inner(f"captures {name}: {short(ca)} vs {short(cb)}", "")
-        elif not inner.what.startswith("captures"):
-            inner = inner._replace(what=f"captures {name}: {inner.what}")
-        fix = inner.fix or (
-            "what the function captures is part of the program: capture the same values in both "
-            "(a number a schedule reads becomes a leaf when the function is given as a schedule)"
+        inner = _key_difference(ca, cells_a[i], cb, cells_b[i], name) or Found(
+            f"{short(ca)} vs {short(cb)}", name
         )
-        return _Inner(f"{text} {inner.what}", fix, inner.identity)
-    return _Inner(f"{text} differs", "")
+        located = inner.what if inner.where == name else inner.text()
+        separator = ", " if inner.identity else ": "  # ``captures config, a Config compared by identity``
+        return Found(
+            f"{text} captures {name}{separator}{located}", where, inner.fix or _CAPTURED_FIX, inner.identity
+        )
+    return Found(f"{text} differs", where)
 
 
 def _cell(f: Any, i: int) -> Any:
@@ -433,6 +447,8 @@ def short(x: Any) -> str:
 
 __all__ = [
     "Difference",
+    "Found",
+    "WhyStatic",
     "analysis_difference",
     "closure_code",
     "cut",

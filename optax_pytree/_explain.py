@@ -446,7 +446,7 @@ def _argument(a: Any, b: Any, name: str, at: str, out: list[Difference]) -> None
             out.append(
                 Difference(
                     at,
-                    f"the container of {spec_a.info.name}'s {name!r} differs: {inner.what}",
+                    f"the container of {spec_a.info.name}'s {name!r} differs: {inner.text()}",
                     "a container's length, keys and static items are part of the compiled program: "
                     "give the same in both",
                 )
@@ -462,7 +462,7 @@ def _role_text(w: Any, name: str) -> str:
     role = spec.roles[name]
     if role == Role.STATIC:
         value = spec.static[name]
-        return f"static ({short(value)}; {why_static(spec, name, value)[0]})"
+        return f"static ({short(value)}; {why_static(spec, name, value).why})"
     value = w._core.leaves[spec.leaf_index[name]]
     if role == Role.CHILD:
         return short(value)
@@ -476,7 +476,7 @@ def _role_difference(a: Any, b: Any, name: str, at: str) -> Difference:
     statics = [(s, s.static[name]) for s in (spec_a, spec_b) if s.roles[name] == Role.STATIC]
     if statics:
         spec, value = statics[0]
-        why, fix = why_static(spec, name, value)
+        reason = why_static(spec, name, value)
         other = spec_b if spec is spec_a else spec_a
         if name in other.analysis.exponents and value in _expr.SPECIALIZED_EXPONENTS:
             return Difference(
@@ -486,8 +486,8 @@ def _role_difference(a: Any, b: Any, name: str, at: str) -> Difference:
                 "powers 2.0, 3.0, 0.5 and -1.0 (x ** 2.0 is x * x): those values are static, each its "
                 "own compilation; any other value is a dynamic leaf, all of them one compilation",
             )
-        if _leaves.is_numeric(value) or why.startswith("found"):
-            return Difference(at, what, fix)
+        if reason.chosen:
+            return Difference(at, what, reason.fix)
         return Difference(
             at,
             what,
@@ -502,5 +502,4 @@ def _role_difference(a: Any, b: Any, name: str, at: str) -> Difference:
     )
 
 
-# --------------------------------------------------------------------------
 __all__ = ["Difference", "Explanation", "explain"]
