@@ -19,9 +19,8 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from . import _expr, _leaves, _static
+from . import _expr, _leaves, _spec, _static
 from ._bind import is_plain_transformation, is_wrapped
-from ._classify import factory_key
 from ._spec import Spec
 from ._tree import spec_of
 
@@ -88,21 +87,6 @@ def factory_difference(spec_a: Spec, spec_b: Spec, where: str) -> Difference:
     return Difference(where, f"the factory {name_a}: {inner.text()}", inner.fix or _CAPTURED_FIX)
 
 
-def _degraded_why(spec: Spec, name: str) -> str | None:
-    """Why the library made ``name`` static, where it could not honour it (``_spec.degraded``)."""
-    from . import _spec
-
-    try:
-        entries = list(_spec._DEGRADED.data.items())  # pyright: ignore[reportPrivateUsage] - read only
-        key = factory_key(spec.info)
-        for config, (names, why) in entries:
-            if name in names and config.value[0].value[0] == key:
-                return why
-    except Exception:  # noqa: BLE001 - only for a message
-        return None
-    return None
-
-
 class WhyStatic(NamedTuple):
     """Why an argument is static, and the fix for a sweep over it."""
 
@@ -129,12 +113,12 @@ def why_static(spec: Spec, name: str, value: Any) -> WhyStatic:
             True,
         )
     if name in spec.options.static:
-        degraded = _degraded_why(spec, name)
-        if degraded is not None:
+        made = _spec.made_static(spec)
+        if made is not None and name in made[0]:
             return WhyStatic(
-                f"made static by the library, which could not honour it: {degraded}",
-                f"it is static because the library could not keep it dynamic ({degraded}): it "
-                "cannot vary without recompiling",
+                f"made static by the library, which could not honour it: {made[1]}",
+                "the library could not keep it dynamic for this value (its warning said why): it "
+                "cannot vary without recompiling; a value it can honour is a dynamic leaf",
                 True,
             )
         return WhyStatic(

@@ -394,11 +394,15 @@ def make(
     does (a new value of a static argument is a new compilation).
     """
     static: list[str] = []  # made static so far (each round can find another part)
+    whys: list[str] = []
     while True:
         marked = options.with_marks(static, ()) if static else options
         try:
             # After the first round the factory was called for the user: quietly.
-            return _make(info, arguments, marked, previous, kept, quiet=bool(static))
+            made = _make(info, arguments, marked, previous, kept, quiet=bool(static))
+            if static:  # for ``explain``: static by the library's choice, not the user's
+                _spec.remember_made_static(made.spec, (tuple(static), "; ".join(whys)))
+            return made
         except Degrade as d:
             names = [n for n in d.names if n in arguments and n not in static]
             if not names:  # nothing left to make static: cannot happen, but never loop
@@ -408,6 +412,7 @@ def make(
                 _spec.remember_degraded(key, (tuple(names), d.why))
             _warn_degraded(info, names, d.why)
             static += names
+            whys.append(d.why)
 
 
 def _warn_degraded(info: FactoryInfo, names: list[str], why: str) -> None:

@@ -237,3 +237,13 @@ def test_a_specialized_power_is_static_for_that_value_only() -> None:
     report = _differences(a, a.replace(power=1.5))
     assert "polynomial_schedule.power: static (2.0" in report and "a dynamic leaf" in report
     assert "specializes the powers 2.0, 3.0, 0.5 and -1.0" in report
+
+
+def test_an_argument_the_library_made_static_says_why() -> None:
+    a = dropin.warmup_cosine_decay_schedule(0.0, 1e-3, 10, 100)  # the branch peak_value != 0
+    with pytest.warns(UserWarning, match="'peak_value' is static for these values"):
+        b = dropin.warmup_cosine_decay_schedule(0.0, 1e-46, 10, 100)  # 0.0 as a float32 leaf
+    report = _differences(b, a)
+    assert "warmup_cosine_decay_schedule.peak_value: static (1e-46; made static by the library" in report
+    assert "takes another branch than the value given" in report
+    assert "cannot vary without recompiling" in report
