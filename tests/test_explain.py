@@ -121,6 +121,10 @@ class _Config:
             raise AttributeError(name) from None
 
 
+class _UnhashableConfig(_Config):
+    __hash__ = None  # pyright: ignore[reportAssignmentType] - unhashable, as a mutable config is
+
+
 def _schedule_over(config: _Config) -> Any:
     def schedule(count: Any) -> Any:
         return config.lr * 0.5 ** (count / 100)
@@ -135,16 +139,17 @@ def _schedule_over_both(config: _Config, peak: float) -> Any:
     return schedule
 
 
+@pytest.mark.parametrize("config", [_Config, _UnhashableConfig], ids=["hashable", "unhashable"])
 @pytest.mark.parametrize(
     "make", [_schedule_over, lambda c: _schedule_over_both(c, 1.0)], ids=["static", "child"]
 )
-def test_a_closure_capturing_an_object_compared_by_identity(make: Any) -> None:
-    a, b = make(_Config(lr=0.1)), make(_Config(lr=0.1))
+def test_a_closure_capturing_an_object_compared_by_identity(make: Any, config: Any) -> None:
+    a, b = make(config(lr=0.1)), make(config(lr=0.1))
     report = _differences(dropin.adamw(a), dropin.adamw(b))
     code = a.__code__
     assert f"{os.path.basename(code.co_filename)}:{code.co_firstlineno}" in report
     assert "adamw.learning_rate" in report and "schedule" in report
-    assert "config" in report and "_Config" in report
+    assert "captures config" in report and f"a {config.__name__} compared by identity" in report
     assert "compared by identity" in report
     assert "make the function at module level" in report
 
