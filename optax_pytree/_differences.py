@@ -296,9 +296,11 @@ def _key_difference(va: Any, ka: Any, vb: Any, kb: Any, where: str) -> Found | N
         if ka[1] != kb[1]:
             return _key_difference(va.__func__, ka[1], vb.__func__, kb[1], where)
         kind = type(va.__self__).__name__
-        return Found(
-            f"method bound to another {kind}, compared by identity", where, _identity_fix(where), True
+        fix = (
+            f"a bound method is compared by its object, and a {kind} by identity: pass the method of "
+            "one object in both, or a function at module level"
         )
+        return Found(f"method bound to another {kind}, compared by identity", where, fix, True)
     if isinstance(head_a, type) and issubclass(head_a, functools.partial):
         if ka[1] != kb[1]:
             return _key_difference(va.func, ka[1], vb.func, kb[1], where)

@@ -236,8 +236,8 @@ def _leaf(a: Any, b: Any, path: str, out: list[Difference]) -> None:
     batches = (shape_a and shape_b and shape_a[1:] == shape_b[1:]) or shape_a[1:] == shape_b
     if shape_a != shape_b and (batches or shape_b[1:] == shape_a):
         fix = (
-            "a leaf's shape is part of the compiled program: a batch of another size (or a batch and "
-            "one member) is another program; give batches of one size"
+            "a leaf's shape is part of the compiled program: give arrays of one shape (a batch of "
+            "another size, or a batch and one member, is another program)"
         )
     elif shape_a != shape_b:
         fix = "a leaf's shape is part of the compiled program: give arrays of one shape"

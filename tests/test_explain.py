@@ -227,7 +227,7 @@ def test_a_batch_of_another_size_is_one_entry_for_all_its_leaves() -> None:
     found = explain(two, three)
     assert len(found.differences) == 1
     assert found.differences[0].path == "adam.learning_rate, adam.b1, adam.b2, adam.eps and 1 more"
-    assert "float32[2] weakly typed" in str(found) and "batches of one size" in str(found)
+    assert "float32[2] weakly typed" in str(found) and "a batch of another size" in str(found)
 
 
 def test_a_plain_optax_transformation_says_to_wrap_it() -> None:
@@ -252,3 +252,14 @@ def test_an_argument_the_library_made_static_says_why() -> None:
     assert "warmup_cosine_decay_schedule.peak_value: static (1e-46; made static by the library" in report
     assert "takes another branch than the value given" in report
     assert "cannot vary without recompiling" in report
+
+
+class _Masker:
+    def mask(self, params: Any) -> Any:
+        return params
+
+
+def test_a_method_bound_to_another_object() -> None:
+    report = _differences(dropin.adamw(1e-3, mask=_Masker().mask), dropin.adamw(1e-3, mask=_Masker().mask))
+    assert "adamw.mask: a static method bound to another _Masker, compared by identity" in report
+    assert "pass the method of one object in both" in report
