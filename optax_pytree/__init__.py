@@ -11,6 +11,7 @@ from ._classify import static as static
 from ._distributed import process_allgather as process_allgather
 from ._distributed import process_local_indices as process_local_indices
 from ._distributed import shard_process_local as shard_process_local
+from ._explain import explain as explain
 from ._stateful import PyTreeTransformationWithState as PyTreeTransformationWithState
 from ._stateful import wrap_transformation_as_pytree_with_state as wrap_transformation_as_pytree_with_state
 from ._sweep import grid as grid

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 import jax
 
-from . import _quiet
+from . import _quiet, _spec
 from ._bind import is_wrapped
 from ._vocabulary import Role
 
@@ -55,8 +55,9 @@ def inner_arguments(arguments: dict[str, Any], roles: dict[str, Any]) -> list[In
     return out
 
 
-def with_inner_static(arguments: dict[str, Any], marks: Sequence[Inner]) -> dict[str, Any]:
-    """``arguments`` with the wrapped objects in their children remade with ``marks`` static."""
+def with_inner_static(arguments: dict[str, Any], marks: Sequence[Inner], why: str = "") -> dict[str, Any]:
+    """``arguments`` with the wrapped objects in their children remade with ``marks`` static;
+    ``why`` (the verification's finding), where given, is remembered for ``explain``."""
     by_arg: dict[str, list[Inner]] = {}
     for mark in marks:
         by_arg.setdefault(mark.steps[0][0], []).append(mark)
@@ -69,10 +70,13 @@ def with_inner_static(arguments: dict[str, Any], marks: Sequence[Inner]) -> dict
                 return w
             own = [m.name for m in mine if len(m.steps) == 1]
             deeper = [m._replace(steps=m.steps[1:]) for m in mine if len(m.steps) > 1]
-            changes = with_inner_static(w.hyperparams, deeper) if deeper else {}
+            changes = with_inner_static(w.hyperparams, deeper, why) if deeper else {}
             changes = {n: v for n, v in changes.items() if n in {m.steps[0][0] for m in deeper}}
             with _quiet.quietly():  # the user made it once already: its factory's warnings were given
-                return w._with_static(own, **changes)
+                new = w._with_static(own, **changes)
+            if own and why:  # static by the library's choice, not the user's
+                _spec.remember_made_static(new._core.spec, (tuple(own), why))
+            return new
 
         out[arg] = jax.tree_util.tree_map_with_path(remade, arguments[arg], is_leaf=is_wrapped)
     return out

@@ -438,12 +438,16 @@ def make(
     static: list[str] = []  # made static so far (each round can find another part)
     inner: tuple[_descend.Inner, ...] = ()  # arguments of children made static so far
     descended = False
+    whys: list[str] = []
     while True:
         marked = options.with_marks(static, ()) if static else options
-        given = _descend.with_inner_static(arguments, inner) if inner else arguments
+        given = _descend.with_inner_static(arguments, inner, "; ".join(whys)) if inner else arguments
         try:
             # After the first round the factory was called for the user: quietly.
-            return _make(info, given, marked, make_child, previous, kept, quiet=bool(static or inner))
+            made = _make(info, given, marked, make_child, previous, kept, quiet=bool(static or inner))
+            if static:  # for ``explain``: static by the library's choice, not the user's
+                _spec.remember_made_static(made.spec, (tuple(static), "; ".join(whys)))
+            return made
         except Degrade as d:
             found = None
             if d.descend and not descended:
@@ -463,6 +467,7 @@ def make(
                 key = classify(info, arguments, options, make_child).analysis_key
                 _spec.remember_degraded(key, (tuple(static), d.why, inner))
             _warn_degraded(info, parts, d.why)
+            whys.append(d.why)
 
 
 def _warn_degraded(info: FactoryInfo, parts: list[str], why: str) -> None:
@@ -502,8 +507,8 @@ def _make(
     if spec is None:
         degraded = _spec.degraded(classified.analysis_key)
         if degraded is not None:  # the mechanism could not honour this configuration: static
-            names, _, inner = degraded
-            arguments = _descend.with_inner_static(arguments, inner) if inner else arguments
+            names, why, inner = degraded
+            arguments = _descend.with_inner_static(arguments, inner, why) if inner else arguments
             options = options.with_marks(names, ())
             classified = classify(info, arguments, options, make_child)
     base = _base(classified)

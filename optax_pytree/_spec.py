@@ -358,4 +358,17 @@ def remember_degraded(key: Any, found: tuple[tuple[str, ...], str, tuple[Any, ..
     _DEGRADED.set(key, found)
 
 
+# The same by the spec they gave, for messages (``_explain``): a spec's options
+# hold the arguments the user marked static and those the library made so.
+_MADE_STATIC = cache("spec -> (the arguments the library made static, why)", 1024)
+
+
+def made_static(spec: Spec) -> tuple[tuple[str, ...], str] | None:
+    return _MADE_STATIC.get(spec)
+
+
+def remember_made_static(spec: Spec, found: tuple[tuple[str, ...], str]) -> None:
+    _MADE_STATIC.set(spec, found)
+
+
 __all__ = ["Spec", "clear_caches", "spec_for"]
