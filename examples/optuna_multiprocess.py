@@ -551,7 +551,9 @@ def run_study(mode: str, url: str, args: argparse.Namespace) -> dict[str, Any]:
     states = collections.Counter(t.state.name for t in trials)
     mine = [t for t in trials if t.user_attrs.get("run") == run]
     # A stale trial's retry names it (Optuna's retry callback): what the dead workers held, and where it ran.
-    retried = {t.system_attrs["failed_trial"]: t.number for t in trials if "failed_trial" in t.system_attrs}
+    retried = {
+        t.system_attrs["retry_history"][-1]: t.number for t in trials if "retry_history" in t.system_attrs
+    }
     batches = {t.user_attrs["batch"]: t.user_attrs["compiled"] for t in mine if "compiled" in t.user_attrs}
     return {
         "mode": mode,
