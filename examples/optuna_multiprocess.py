@@ -247,6 +247,16 @@ def claim(study: optuna.Study, storage: Any, study_id: int, url: str, size: int)
 COMPLETE, RUNNING = optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.RUNNING
 
 
+def beat_in_ask_and_tell() -> None:
+    """Silences Optuna's warnings about heartbeats in ask-and-tell, which :class:`Heartbeat` keeps.
+
+    Optuna expects ``study.optimize`` to keep them, warns that ask-and-tell
+    does not, and calls the heartbeat API experimental.
+    """
+    warnings.filterwarnings("ignore", "Heartbeat of storage is supposed to be used with Study.optimize")
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+
+
 class Heartbeat:
     """Records every ``interval`` seconds a heartbeat of each of ``trials`` while the block runs.
 
@@ -337,10 +347,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     counts = CacheCounts()
     start = time.perf_counter()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    # This worker keeps its trials' heartbeat itself (Heartbeat), which Optuna
-    # expects study.optimize to do, and warns about in ask-and-tell.
-    warnings.filterwarnings("ignore", "Heartbeat of storage is supposed to be used with Study.optimize")
-    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    beat_in_ask_and_tell()
     url = storage_url(args)
     storage = open_storage(url, args.heartbeat, args.grace)
     # constant_liar: trials asked together (or by the other workers) are spread out, not identical.
