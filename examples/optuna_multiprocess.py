@@ -614,7 +614,7 @@ def report(run: dict[str, Any], args: argparse.Namespace) -> None:
         print(f"    worker {d['worker']} (pid {d['pid']}) died at {d['at_s']:.1f} s: {d['how']}")
     if run["retried"]:
         again = ", ".join(f"#{a} as #{b}" for a, b in sorted(run["retried"].items()))
-        print(f"    stale trials (their worker died) asked again: {again}")
+        print(f"    stale trials (no heartbeat for the grace period) asked again: {again}")
     print(
         f"    study {run['study']} in {run['storage']}: {run['trials']} trials ({run['states']}), goal "
         f"{run['goal']} COMPLETE; this run: {run['run_trials']} trials, {run['training_compilations']} "
