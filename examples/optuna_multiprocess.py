@@ -74,6 +74,7 @@ import numpy as np
 import optax
 import optuna
 import sqlalchemy
+import sqlalchemy.exc
 from _shared import OUTPUT, SMOKE, init_mlp, log, noisy_data, phase, pyplot, save, train_and_validate
 
 import optax_pytree as opx
@@ -147,9 +148,7 @@ def check_driver(url: str) -> None:
     if parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:"):
         raise SystemExit(f"{masked(url)}: an in-memory SQLite database is not shared between processes")
     try:
-        dialect = parsed.get_dialect()
-        # Imports the driver (import_dbapi: SQLAlchemy 2; dbapi: 1.4).
-        (dialect.import_dbapi if hasattr(dialect, "import_dbapi") else dialect.dbapi)()
+        parsed.get_dialect().import_dbapi()  # imports the driver
     except (ImportError, sqlalchemy.exc.NoSuchModuleError) as error:
         raise SystemExit(
             f"{masked(url)}: no database driver for {parsed.drivername!r} ({error}). {DRIVERS}."
@@ -383,7 +382,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     numbers, compilations, batches = [], 0, 0
     while (trials := claim(study, storage, study_id, url, size)) is not None:
         if not trials:  # the rest is running elsewhere: wait until it is done, or stale
-            time.sleep(args.heartbeat)
+            time.sleep(min(args.heartbeat, 0.5))
             continue
         batches += 1
         ids = [trial_id(storage, study_id, trial) for trial in trials]
