@@ -99,7 +99,8 @@ def test_workers_share_one_study_and_one_compilation_and_a_killed_one_loses_noth
     results = [w["result"] for w in wrapped["workers"] if w["result"] is not None]
     assert [w["number"] for w in wrapped["workers"]] == [1, 2, 3]  # 3 replaces 1
     assert wrapped["workers"][2]["replaces"] == 1
-    assert all(r["traces"] == 1 for r in results)
+    # The replacement may find the survivor has done everything (no batch, no trace).
+    assert results[0]["traces"] == 1 and results[1]["traces"] <= 1
     assert [r["training_compilations"] for r in results] == [1, 0]
     # The replacement, started once the cache held the study's programs, compiled
     # nothing at all. (Its lookups are not compared with those of the worker that
