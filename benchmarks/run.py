@@ -11,8 +11,8 @@ README quotes.
 
 Run::
 
-    python benchmarks/run.py            # full: about 10 minutes
-    python benchmarks/run.py --quick    # about two and a half minutes, fewer configurations
+    python benchmarks/run.py            # full: about 9 minutes (section 10: 4)
+    python benchmarks/run.py --quick    # about two minutes, fewer configurations
     python benchmarks/run.py --out DIR  # where results.md / results.json go
     python benchmarks/run.py --only 1,3 # some sections only (for development)
 

@@ -90,6 +90,7 @@ HEARTBEAT_S = 2  # a running trial's heartbeat, in the database
 GRACE_S = 10  # a running trial without a heartbeat for this long is stale: its worker is gone
 STUDY_TIMEOUT_S = 1800
 GOAL = "goal"  # the study's user attribute: the number of COMPLETE trials its workers ask for
+COMPLETE, RUNNING = optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.RUNNING
 
 # jax's monitoring events (jax/_src/compiler.py): every lookup in the persistent cache, every hit.
 LOOKUP_EVENT = "/jax/compilation_cache/compile_requests_use_cache"
@@ -241,9 +242,6 @@ def claim(study: optuna.Study, storage: Any, study_id: int, url: str, size: int)
             # At once: a trial without a heartbeat is never found stale.
             storage.record_heartbeat(trial_id(storage, study_id, trials[-1]))
         return trials
-
-
-COMPLETE, RUNNING = optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.RUNNING
 
 
 def beat_in_ask_and_tell() -> None:
