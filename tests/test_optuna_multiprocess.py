@@ -30,8 +30,11 @@ optuna = pytest.importorskip("optuna", reason="the Optuna example needs optuna (
 EXAMPLE = pathlib.Path(__file__).resolve().parent.parent / "examples" / "optuna_multiprocess.py"
 BATCH, BATCHES = 3, 2
 # Short heartbeats, so that a dead worker's trials are found stale in seconds;
-# the grace period is long enough that a busy machine's live worker is never taken for dead.
-DRILL = ["--heartbeat", "1", "--grace", "5"]
+# the grace period is long enough that a live worker on a busy machine (CI's
+# stages side by side on 2 cores) is never taken for dead: its heartbeat
+# thread runs while XLA compiles (jax releases the GIL), so only a process
+# starved of CPU for 10 s would miss its beats.
+DRILL = ["--heartbeat", "1", "--grace", "10"]
 
 
 def run_example(tmp_path: pathlib.Path, *args: str, **env: str) -> tuple[str, dict[str, Any]]:
