@@ -11,8 +11,8 @@ README quotes.
 
 Run::
 
-    python benchmarks/run.py            # full: about 5 minutes
-    python benchmarks/run.py --quick    # about a minute and a half, fewer configurations
+    python benchmarks/run.py            # full: about 9 minutes (section 10: 4)
+    python benchmarks/run.py --quick    # about two minutes, fewer configurations
     python benchmarks/run.py --out DIR  # where results.md / results.json go
     python benchmarks/run.py --only 1,3 # some sections only (for development)
 
@@ -148,6 +148,17 @@ What is measured (section numbers match the output):
    classify, detect, verify: their functions wrapped with timers where the
    pipeline looks them up; build/conversion the rest).
 
+10. **Optuna on a database server.** The study of
+    ``examples/optuna_multiprocess.py`` (2 worker processes, a fresh shared
+    compilation cache for each study) run end to end by its launcher, with the
+    wrapped optimizer and with plain optax, on PostgreSQL (the server
+    ``OPTAX_PYTREE_TEST_POSTGRES`` names, a SQLAlchemy URL: ``.ci/run``
+    starts a throwaway one; without it the row reads n/a) and on SQLite, all
+    in one run: trials COMPLETE, compilations of the training step (from the
+    study's trials), programs compiled by all workers, wall time from the
+    first launch to the last exit. Smoke sizes in ``--quick`` mode.
+    ``optuna_storage.py``.
+
 Sections 3, 4, 6 and 9 are timed in process CPU time (a busy neighbour on a
 shared machine does not inflate it), sections 1, 2, 5 and 7 in wall time;
 section 2 also reports the CPU-time ratio, section 8 both (its target is on
@@ -160,7 +171,8 @@ configuration count reads n/a in ``--quick`` mode.
 Layout: this file is the entry point (arguments, the report, results.md and
 results.json); each section is a module next to it (``compilations.py``,
 ``steady_state.py``, ``dispatch.py``, ``construction.py``, ``sweeps.py``,
-``scaling.py``, ``compile_cache.py``, ``import_time.py``, ``rebuild.py``)
+``scaling.py``, ``compile_cache.py``, ``import_time.py``, ``rebuild.py``,
+``optuna_storage.py``)
 with ``TITLE``, ``run``, ``targets`` and ``markdown``; ``_common.py`` holds the settings,
 timing, statistics and counting, ``_report.py`` the formatting (figures,
 targets, markdown tables), ``_workload.py`` the MLP, the approaches and the
@@ -201,6 +213,7 @@ import construction
 import dispatch
 import import_time
 import optax_pytree as opx
+import optuna_storage
 import rebuild
 import scaling
 import steady_state
@@ -222,6 +235,7 @@ SECTIONS: dict[str, ModuleType] = {
     "7": compile_cache,
     "8": import_time,
     "9": rebuild,
+    "10": optuna_storage,
 }
 
 

@@ -6,15 +6,25 @@ them into one batched optimizer, and a single ``jax.jit(jax.vmap(train))``
 call evaluates them all. Every batch has the same static configuration, so the
 evaluation is traced and compiled once for the whole study.
 
+The study is in memory, or in a database: ``--storage URL`` (else
+``OPTUNA_STORAGE``, as Optuna's command line reads it), ``--study-name NAME``
+created or loaded, so that a rerun adds its trials. There the trials keep a
+heartbeat while their batch trains: the trials of a run that was killed are
+failed as stale by the next run and asked again (``optuna_multiprocess.py``
+runs several workers on one such study).
+
 Writes ``examples/output/optuna_batched.png``: every trial's loss against its
 learning rate and weight decay. Set ``OPTAX_PYTREE_SMOKE=1`` for a quick run.
 
-Run: ``python examples/optuna_batched.py``
+Run: ``python examples/optuna_batched.py [--storage sqlite:///study.db]``
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import math
+import os
 import time
 from typing import Any
 
@@ -22,13 +32,24 @@ import jax
 import numpy as np
 import optax
 import optuna
-from _shared import SMOKE, init_mlp, noisy_data, phase, progress, pyplot, save, train_and_validate
+from _shared import SMOKE, init_mlp, log, noisy_data, phase, progress, pyplot, save, train_and_validate
+from optuna_multiprocess import (
+    GRACE_S,
+    HEARTBEAT_S,
+    STORAGE_ENV,
+    Heartbeat,
+    beat_in_ask_and_tell,
+    check_driver,
+    masked,
+    open_storage,
+)
 
 import optax_pytree as opx
 
 BATCH = 16
 BATCHES = 2 if SMOKE else 8
 STEPS = 20 if SMOKE else 300
+STUDY = "optax_pytree_batched"
 
 
 def train(tx: Any, params: Any, train_data: Any, val_data: Any) -> jax.Array:
@@ -36,7 +57,7 @@ def train(tx: Any, params: Any, train_data: Any, val_data: Any) -> jax.Array:
     return train_and_validate(tx, params, train_data, val_data, STEPS)
 
 
-def main() -> optuna.Study:
+def main(args: argparse.Namespace) -> optuna.Study:
     train_data, val_data = noisy_data(jax.random.key(0))
     params = init_mlp(jax.random.key(1), (1, 64, 64, 1))
     base = opx.wrap(optax.adamw, learning_rate=1e-3)
@@ -51,7 +72,22 @@ def main() -> optuna.Study:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     # constant_liar: trials asked together are spread out rather than identical.
     sampler = optuna.samplers.TPESampler(seed=0, constant_liar=True, n_startup_trials=BATCH)
-    study = optuna.create_study(direction="minimize", sampler=sampler)
+    url = args.storage or os.environ.get(STORAGE_ENV)
+    storage = None
+    if url:  # a database: the study created or loaded, its trials' heartbeats kept
+        check_driver(url)
+        beat_in_ask_and_tell()
+        storage = open_storage(url, HEARTBEAT_S, GRACE_S)
+        log(f"study {args.study_name} in {masked(url)}")
+    study = optuna.create_study(
+        study_name=args.study_name if url else None,
+        storage=storage,
+        direction="minimize",
+        sampler=sampler,
+        load_if_exists=True,
+    )
+    if storage is not None:  # a killed run's trials: failed, and asked again first
+        optuna.storages.fail_stale_trials(study)
     best_so_far = math.inf
     start = time.perf_counter()
     with phase(f"{BATCHES} batches of {BATCH} trials, {STEPS} steps each (the first batch compiles)"):
@@ -66,7 +102,8 @@ def main() -> optuna.Study:
                     )
                     for trial in trials
                 ]
-                losses = np.asarray(evaluate(opx.stack(members)))
+                with heartbeat(storage, study, trials):
+                    losses = np.asarray(evaluate(opx.stack(members)))
                 for trial, loss in zip(trials, losses):
                     if math.isfinite(loss):
                         study.tell(trial, float(loss))
@@ -79,7 +116,7 @@ def main() -> optuna.Study:
     n = BATCH * BATCHES
     print(
         f"{n} Optuna trials in {BATCHES} vmapped calls of {BATCH}: {elapsed:.1f} s; "
-        f"traces (= compilations) of evaluate: {traces}"
+        f"traces (= compilations) of evaluate: {traces}; the study has {len(study.trials)} trials"
     )
     assert traces == 1
     best = ", ".join(f"{k}={v:.3g}" for k, v in study.best_params.items())
@@ -87,6 +124,15 @@ def main() -> optuna.Study:
     with phase("plot"):
         plot(study)
     return study
+
+
+def heartbeat(storage: Any, study: optuna.Study, trials: list[optuna.Trial]) -> Any:
+    """The trials' heartbeat in the database while their batch trains (nothing in memory)."""
+    if storage is None:
+        return contextlib.nullcontext()
+    study_id = storage.get_study_id_from_name(study.study_name)
+    ids = [storage.get_trial_id_from_study_id_trial_number(study_id, t.number) for t in trials]
+    return Heartbeat(storage, ids, HEARTBEAT_S)
 
 
 def plot(study: optuna.Study) -> None:
@@ -107,5 +153,15 @@ def plot(study: optuna.Study) -> None:
     save(fig, "optuna_batched.png")
 
 
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--smoke", action="store_true", help="a tiny study (also OPTAX_PYTREE_SMOKE=1)")
+    parser.add_argument(
+        "--storage", help=f"the study's SQLAlchemy URL (default: ${STORAGE_ENV}, else in memory)"
+    )
+    parser.add_argument("--study-name", default=STUDY, help=f"created or loaded, in a database ({STUDY})")
+    return parser.parse_args(argv)
+
+
 if __name__ == "__main__":
-    main()
+    main(parse())

@@ -25,7 +25,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 # run's time there, under the 300 s that CI allows it.
 BUDGET_TESTS = 600
 # Test files wholly in the exhaustive sets (multi-process jobs); CI's compatibility stages run them too.
-EXHAUSTIVE_FILES = {"tests/test_optuna_multiprocess.py"}
+EXHAUSTIVE_FILES = {"tests/test_optuna_multiprocess.py", "tests/test_optuna_postgres.py"}
 
 
 def _default_selection(config: pytest.Config) -> tuple[list[str], set[str]]:
