@@ -699,20 +699,29 @@ def only_wrapped(values: dict[str, Any]) -> bool:
 
 
 def gives_a_number(fn: Any) -> bool:
-    """Whether ``fn`` at step 0 is a real number (a schedule), not a mask, a label or an error."""
+    """Whether ``fn`` of a step count is a real number (a schedule), not a mask, a label or an error.
+
+    Traced abstractly (``jax.eval_shape``: what it gives under ``jit``, as optax
+    calls it); a function only Python values can run (``if step < 10``) is
+    called on step 0 instead.
+    """
     from . import _quiet
 
     try:
-        with _quiet.quietly(), jax.ensure_compile_time_eval():
-            out = fn(jnp.zeros((), jnp.int32))
-    except Exception:  # noqa: BLE001 - not a callable of the step count
-        return False
+        with _quiet.quietly():
+            out = jax.eval_shape(fn, jax.ShapeDtypeStruct((), jnp.int32))
+    except Exception:  # noqa: BLE001 - not traceable: try it on a number
+        try:
+            with _quiet.quietly():
+                out = fn(jnp.zeros((), jnp.int32))
+        except Exception:  # noqa: BLE001 - not a callable of the step count
+            return False
     if isinstance(out, (bool, np.bool_)):
         return False
     if isinstance(out, (int, float)):
         return True
-    if isinstance(out, (np.ndarray, np.generic, jax.Array)):
-        return out.ndim == 0 and bool(jnp.issubdtype(out.dtype, jnp.number))
+    if isinstance(out, (np.ndarray, np.generic, jax.Array, jax.ShapeDtypeStruct)):
+        return len(out.shape) == 0 and bool(jnp.issubdtype(out.dtype, jnp.number))
     return False
 
 

@@ -128,10 +128,16 @@ def test_a_mask_that_does_not_fit_the_params_raises_plain_optaxs_error() -> None
     tx = adamw(dropin)
     for call in (init, update):
         expected = _raised(call, adamw(plain_optax), params)
-        assert expected[0] is ValueError and "pytree structure" in expected[1]
-        assert _raised(call, tx, params) == expected
+        assert expected[0] is ValueError  # "pytree structure error" (older jax: "Dict key mismatch")
+        assert _message(_raised(call, tx, params)) == _message(expected)
         expected = _raised(jax.jit(call, static_argnums=0), adamw(plain_optax), params)
-        assert _raised(jax.jit(call), tx, params) == expected
+        assert _message(_raised(jax.jit(call), tx, params)) == _message(expected)
+
+
+def _message(raised: tuple[type, str]) -> tuple[type, str]:
+    """The error without the arrays older JAX versions print in it ("Dict key mismatch; ...; dict:
+    {...}", the values of an undecided configuration's updates: it ran no probe)."""
+    return raised[0], raised[1].split("; dict: ")[0]
 
 
 def _rsqrt_schedule(learning_rate: float, warmup: int, shift: int) -> Any:
