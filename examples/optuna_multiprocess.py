@@ -225,10 +225,13 @@ def claim(study: optuna.Study, storage: Any, study_id: int, url: str, size: int)
     gone) are failed, and queued again (Optuna's retry callback: a WAITING
     trial with the same hyperparameters, asked first). An empty list: what the
     study needs is running in other workers; ask again later, when they have
-    finished it or died.
+    finished it or died. The stale trials are failed under the same lock as
+    the asking: a retry queued by one worker while another asks would
+    otherwise be missed by that ask (a new trial instead), and stay WAITING
+    once the goal is met.
     """
-    optuna.storages.fail_stale_trials(study)
     with one_asker(storage, url, study.study_name):
+        optuna.storages.fail_stale_trials(study)
         goal = storage.get_study_user_attrs(study_id)[GOAL]
         states = [
             t.state for t in storage.get_all_trials(study_id, deepcopy=False, states=(COMPLETE, RUNNING))
