@@ -546,7 +546,11 @@ def capture(fn: Any, seen: frozenset[int] = frozenset()) -> Capture | None:
     function: types.FunctionType
     if type(fn) is types.FunctionType:
         kind, function = "function", fn
-    elif type(fn) is types.MethodType and type(fn.__func__) is types.FunctionType:
+    elif (
+        type(fn) is types.MethodType
+        and type(fn.__func__) is types.FunctionType
+        and not is_wrapped(fn.__self__)  # a wrapped optimizer's ``opt.init``: static
+    ):
         kind, function = "method", fn.__func__
     elif isinstance(fn, functools.partial) and type(fn.func) is types.FunctionType:
         kind, function, partial_type = "partial", fn.func, type(fn)
@@ -774,7 +778,7 @@ class ClosureFactory:
         )
         return (captured.kind, captured.positional, captured.partial_type, held, tuple(captured.values))
 
-    def __call__(self, **values: Any) -> Any:
+    def __call__(self, /, **values: Any) -> Any:  # positional-only: a value may be named self
         c = self.captured
 
         def given(h: _Held) -> Any:

@@ -140,3 +140,35 @@ def test_a_closure_needing_a_python_value_keeps_it_static() -> None:
     builds = [(dropin.sgd(stepped(r, 3)), plain.sgd(stepped(r, 3))) for r in (0.1, 0.2)]
     assert _one_trace(builds) == 1
     chex.assert_trees_all_equal(_steps(tx, 8), _steps(plain.sgd(stepped(0.1, 3)), 8))
+
+
+def test_a_wrapped_optimizer_s_bound_methods_in_a_combinator_stay_that_object() -> None:
+    # optax's contrib test_gradient_accumulation: MultiSteps over
+    # GradientTransformationExtraArgs(opt.init, opt.update) of a drop-in optimizer.
+    def build(o: Any) -> Any:
+        opt = o.adam(1e-3)
+        return o.MultiSteps(o.GradientTransformationExtraArgs(opt.init, opt.update), every_k_schedule=4)
+
+    params = jnp.array([1.0, 2.0])
+    grads = 2 * params
+    results = []
+    for o in (dropin, plain):
+        opt = build(o)
+        state = jax.jit(opt.init)(params)
+        results.append(jax.jit(opt.update)(grads, state, params)[0])
+    chex.assert_trees_all_equal(*results)
+
+
+def test_a_captured_value_may_be_named_self() -> None:
+    class Trainer:
+        def __init__(self, lr: float) -> None:
+            self.lr = lr
+
+        def schedule(self, count: Any) -> Any:
+            return self.lr * jnp.minimum(1.0, (count + 1) / 10)
+
+    tx = dropin.adam(Trainer(1e-3).schedule)
+    assert tx.learning_rate.dynamic_argnames == ("self.lr",)
+    assert jax.tree_util.tree_structure(tx) == jax.tree_util.tree_structure(
+        dropin.adam(Trainer(3e-3).schedule)
+    )
