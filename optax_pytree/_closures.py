@@ -247,7 +247,7 @@ def _attribute(obj: Any, name: str) -> _Attribute:
         if name.startswith("_") or _on_class(cls, name) is not _MISSING:
             raise _Fail  # one of its methods or its own state
         return _Attribute("value", getattr(obj, name))
-    if isinstance(obj, tuple) and hasattr(cls, "_fields"):
+    if _is_namedtuple(obj):
         if name not in cls._fields:  # pyright: ignore[reportAttributeAccessIssue]
             raise _Fail
         return _Attribute("value", getattr(obj, name))
@@ -272,6 +272,12 @@ def _attribute(obj: Any, name: str) -> _Attribute:
     return _Attribute("value", found)  # a class constant
 
 
+def _is_namedtuple(obj: Any) -> bool:
+    """A NamedTuple: its fields a tuple of the class (a wrapped optimizer answers ``_fields`` as
+    optax's NamedTuples do, through a property, and is no plain tuple to read into)."""
+    return isinstance(obj, tuple) and isinstance(getattr(type(obj), "_fields", None), tuple)
+
+
 def _is_data_descriptor(x: Any) -> bool:
     return x is not _MISSING and hasattr(type(x), "__set__")
 
@@ -282,7 +288,7 @@ def _item(obj: Any, key: Any) -> Any:
             return obj[key]
         except Exception:  # noqa: BLE001 - a missing key raises in the function itself, as plain
             raise _Fail from None
-    if isinstance(obj, tuple) and hasattr(type(obj), "_fields"):
+    if _is_namedtuple(obj):
         return obj[key]
     raise _Fail
 
@@ -549,7 +555,9 @@ def capture(fn: Any, seen: frozenset[int] = frozenset()) -> Capture | None:
     elif (
         type(fn) is types.MethodType
         and type(fn.__func__) is types.FunctionType
-        and not is_wrapped(fn.__self__)  # a wrapped optimizer's ``opt.init``: static
+        # ``opt.init`` of a wrapped optimizer: its code is the library's, and the object
+        # reaches a factory as plain optax's (a child), whose method is another: static.
+        and not is_wrapped(fn.__self__)
     ):
         kind, function = "method", fn.__func__
     elif isinstance(fn, functools.partial) and type(fn.func) is types.FunctionType:

@@ -16,6 +16,7 @@ import chex
 import jax
 import jax.numpy as jnp
 import optax as plain
+import pytest
 from corpus import flax_nlp_seq_scheduler as rsqrt_schedule
 
 import optax_pytree as opx
@@ -142,12 +143,26 @@ def test_a_closure_needing_a_python_value_keeps_it_static() -> None:
     chex.assert_trees_all_equal(_steps(tx, 8), _steps(plain.sgd(stepped(0.1, 3)), 8))
 
 
-def test_a_wrapped_optimizer_s_bound_methods_in_a_combinator_stay_that_object() -> None:
+class _Holder:
+    """An object of the user's holding a wrapped optimizer, its method calling the optimizer's."""
+
+    def __init__(self, tx: Any) -> None:
+        self.tx = tx
+
+    def init(self, params: Any) -> Any:
+        return self.tx.init(params)
+
+
+@pytest.mark.parametrize("init", ["bound method", "holder's method"])
+def test_a_wrapped_optimizer_s_bound_methods_in_a_combinator_stay_that_object(init: str) -> None:
     # optax's contrib test_gradient_accumulation: MultiSteps over
-    # GradientTransformationExtraArgs(opt.init, opt.update) of a drop-in optimizer.
+    # GradientTransformationExtraArgs(opt.init, opt.update) of a drop-in optimizer;
+    # or the init of an object of the user's that holds it (a wrapped optimizer answers
+    # ``_fields`` through a property: no NamedTuple to read into).
     def build(o: Any) -> Any:
         opt = o.adam(1e-3)
-        return o.MultiSteps(o.GradientTransformationExtraArgs(opt.init, opt.update), every_k_schedule=4)
+        given = opt.init if init == "bound method" else _Holder(opt).init
+        return o.MultiSteps(o.GradientTransformationExtraArgs(given, opt.update), every_k_schedule=4)
 
     params = jnp.array([1.0, 2.0])
     grads = 2 * params
