@@ -29,7 +29,7 @@ import optax_pytree as opx
 import optax_pytree.optax as dropin
 from _common import CPU_CLOCK, Log, Settings, interleaved, ratios, rotated, summary
 from _report import Target, check, fmt, on_median, section, table, us
-from optax_pytree import _bind, _caches, _detect, _disk, _pipeline
+from optax_pytree import _bind, _caches, _detect, _disk, _pipeline, _verify
 
 TITLE = "rebuild"
 SECTION = 9
@@ -371,7 +371,7 @@ STEP_TEXT = {
     "bind": "`_bind.factory_info` and `FactoryInfo.bind` (signature, binding)",
     "classify": "`_classify.classify`",
     "detect": "`_detect.analyse` (the probe)",
-    "verify": "`_pipeline._difference` (the verification)",
+    "verify": "`_verify.compare` (the verification's comparison)",
 }
 
 FIRST_ADAM = "opx.wrap(adam, lr)"
@@ -413,15 +413,15 @@ class StepTimer:
         return timed
 
 
-# Where each step is looked up: _pipeline imports classify by name and calls
-# _difference as a global of its own, _detect.analyse and _bind.factory_info
-# through their modules, FactoryInfo.bind as a method.
+# Where each step is looked up: _pipeline imports classify by name, _verify
+# calls compare as a global of its own, _detect.analyse and _bind.factory_info
+# are called through their modules, FactoryInfo.bind as a method.
 PLACES: tuple[tuple[str, Any, str], ...] = (
     ("bind", _bind, "factory_info"),
     ("bind", _bind.FactoryInfo, "bind"),
     ("classify", _pipeline, "classify"),
     ("detect", _detect, "analyse"),
-    ("verify", _pipeline, "_difference"),
+    ("verify", _verify, "compare"),
 )
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 # pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 from typing import Any
 
-from . import _build, _constants
+from . import _build, _jaxprs
 from ._spec import Spec
 
 
@@ -107,7 +107,7 @@ class Core:
     def init(self, params: Any) -> Any:
         self.check_sources()
         try:
-            return _constants.call(lambda h, p: self.built_from(h).init(p), (self.leaves, self.exact), params)
+            return _jaxprs.call(lambda h, p: self.built_from(h).init(p), (self.leaves, self.exact), params)
         except Exception as e:
             _build.raise_traced_failure(e, self.spec, self.leaves, "init", lambda tx: tx.init(params))
             raise
@@ -115,7 +115,7 @@ class Core:
     def update(self, updates: Any, state: Any, params: Any = None, **extra_args: Any) -> tuple[Any, Any]:
         self.check_sources()
         try:
-            return _constants.call(
+            return _jaxprs.call(
                 lambda h, *a, **k: self.built_from(h).update(*a, **k),
                 (self.leaves, self.exact),
                 updates,

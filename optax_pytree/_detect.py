@@ -42,66 +42,17 @@ import optax
 
 from . import _bind, _detach, _expr, _guard, _quiet
 from ._bind import FactoryInfo
-from ._build import as_transformation
 from ._leaves import is_tracer, value_as_given, value_as_static
 from ._spec import Analysis
+from ._verify import UPDATE_LEVELS, default_param_shapes, exercise
 from ._vocabulary import Kind, Level, Mode, Phase
 
-# How far the probe drives what the factory returns, deepest first: update
-# with every extra argument optax's transformations take (those of line
-# searches and Polyak/plateau rules, of Hessian estimators, of SAM's opaque
-# mode; a transformation that takes **extra_args ignores the others), then
-# each group alone (a transformation with explicit keywords refuses the
-# rest), update alone, init, or construction only.
-_EXTRAS = {
-    Level.UPDATE_ALL: ("value", "grad", "value_fn", "obj_fn", "grad_fn"),
-    Level.UPDATE_LINESEARCH: ("value", "grad", "value_fn"),
-    Level.UPDATE_OBJ_FN: ("obj_fn",),
-    Level.UPDATE_GRAD_FN: ("grad_fn",),
-    Level.UPDATE: (),
-}
+# How far the probe drives what the factory returns, deepest first: the
+# updates of the exerciser (``_verify``), init, or construction only.
 _LEVELS = {
-    Kind.TRANSFORMATION: (*_EXTRAS, Level.INIT, Level.BUILD),
+    Kind.TRANSFORMATION: (*UPDATE_LEVELS, Level.INIT, Level.BUILD),
     Kind.SCHEDULE: (Level.CALL, Level.BUILD),
 }
-
-
-def sum_of_squares(params: Any) -> jax.Array:
-    return sum((jnp.sum(x**2) for x in jax.tree_util.tree_leaves(params)), jnp.zeros(()))
-
-
-def _gradient(params: Any, i: Any = 0) -> Any:
-    """The gradient of ``sum_of_squares``; SAM's ``grad_fn(params, i)`` in opaque mode."""
-    del i
-    return jax.tree_util.tree_map(lambda x: 2 * x, params)
-
-
-def _extra_args(level: Level, value: Any, params: Any) -> dict[str, Any]:
-    every = {
-        "value": value,
-        "grad": _gradient(params),
-        "value_fn": sum_of_squares,
-        "obj_fn": sum_of_squares,
-        "grad_fn": _gradient,
-    }
-    return {k: every[k] for k in _EXTRAS[level]}
-
-
-def default_param_shapes() -> list[Any]:
-    f32 = jnp.float32
-    return [
-        # Ranks 1 to 4 (a bias, a dense kernel, a conv kernel): guards on a
-        # parameter's rank (``g.ndim < min_ndim``) are recorded for each.
-        {
-            "b": jax.ShapeDtypeStruct((3,), f32),
-            "c": jax.ShapeDtypeStruct((2, 3, 2, 4), f32),
-            "s": jax.ShapeDtypeStruct((3, 2, 4), f32),
-            "w": jax.ShapeDtypeStruct((4, 3), f32),
-        },
-        {"b": jax.ShapeDtypeStruct((3,), f32), "w": jax.ShapeDtypeStruct((4, 3), f32)},
-        {"w": jax.ShapeDtypeStruct((4, 3), f32)},
-        jax.ShapeDtypeStruct((3,), f32),
-    ]
 
 
 def _other_dims(params: Any) -> Any:
@@ -109,21 +60,6 @@ def _other_dims(params: Any) -> Any:
     return jax.tree_util.tree_map(
         lambda s: jax.ShapeDtypeStruct(tuple(d + 3 for d in s.shape), s.dtype), params
     )
-
-
-def exercise(built: Any, kind: Kind, level: Level, params: Any, count: Any, value: Any) -> Any:
-    """What the probe (and the verification) run: init, then an update; a schedule at ``count``."""
-    if level is Level.BUILD:
-        return None
-    if kind is Kind.SCHEDULE:
-        return built(count)
-    tx = as_transformation(built)
-    state = tx.init(params)
-    if level is Level.INIT:
-        return state
-    extra = _extra_args(level, value, params)
-    updates, new_state = tx.update(_gradient(params), state, params, **extra)
-    return [state, updates, new_state]
 
 
 def _spec(x: Any) -> Any:
@@ -357,12 +293,20 @@ def search(probe: Probe, candidates: Sequence[str], proxiable: frozenset[str]) -
     # (Nothing it recorded changes: no run again.)
     used = _used(run.ctx)
     modes = {n: Mode.LEAF if m.guarded and n not in used else m for n, m in modes.items()}
-    carried = tuple(run.ctx.exprs.items())
     static = tuple(n for n in candidates if modes[n] is Mode.PYTHON_VALUE)
-    tracked = {n: m for n, m in modes.items() if m.guarded}
-    found = Analysis(probe.kind, static, tracked, guards, undecided=not call_time, values=probe.concrete)
-    found.carried = carried
-    return _found(probe, found)
+    if probe.fixed:  # the verification's static candidates, in signature order
+        static = tuple(n for n in probe.concrete if n in probe.fixed or n in static)
+    return Analysis.of(
+        probe.kind,
+        static=static,
+        modes={n: m for n, m in modes.items() if m.guarded},
+        guards=guards,
+        undecided=not call_time,
+        values=probe.concrete,
+        level=probe.level,
+        params=probe.params,
+        carried=tuple(run.ctx.exprs.items()),
+    )
 
 
 def _used(ctx: _guard.Context) -> frozenset[str]:
@@ -370,16 +314,6 @@ def _used(ctx: _guard.Context) -> frozenset[str]:
     names = [_expr.key_names(k) for k in ctx.recorded]
     names += [_expr.names_in(e) for e in ctx.exprs]
     return frozenset().union(*names) if names else frozenset()
-
-
-def _found(probe: Probe, analysis: Analysis) -> Analysis:
-    assert probe.level is not None
-    analysis.level, analysis.params = probe.level, probe.params
-    if probe.fixed:
-        static = analysis.static_names
-        analysis.static_names = tuple(n for n in probe.concrete if n in probe.fixed or n in static)
-        analysis.static_key = Analysis(probe.kind, analysis.static_names, values=probe.concrete).static_key
-    return analysis
 
 
 def _shape_dependent_guards(probe: Probe, modes: Mapping[str, Mode], ctx: _guard.Context) -> set[str]:
@@ -456,7 +390,7 @@ def analyse(
     that the wrapped build computes something else with them as leaves).
     """
     if not concrete:
-        return Analysis(kind)
+        return Analysis.of(kind)
     probe = Probe(info, kind, base, concrete, leaves, param_shapes)
     probe.fixed = dict.fromkeys(static, Mode.PYTHON_VALUE)
     proxiable = frozenset(
@@ -464,7 +398,7 @@ def analyse(
     )
     found = search(probe, [n for n in concrete if n not in probe.fixed], proxiable)
     if found is None:
-        return Analysis(kind, tuple(static), undecided=True, values=probe.concrete)
+        return Analysis.of(kind, static=tuple(static), undecided=True, values=probe.concrete)
     return found
 
 

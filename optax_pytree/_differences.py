@@ -27,7 +27,7 @@ from ._tree import spec_of
 _LIMIT = 80  # a value's repr in a report, at most
 
 
-class Difference(NamedTuple):
+class Cause(NamedTuple):
     """One reason two pytrees do not share a compilation."""
 
     path: str  # where, as a key path (``adamw.learning_rate.peak_value``); the root's is ``(root)``
@@ -55,10 +55,10 @@ def describe_factory(spec: Spec) -> str:
     return spec.info.name
 
 
-def factory_difference(spec_a: Spec, spec_b: Spec, where: str) -> Difference:
+def factory_difference(spec_a: Spec, spec_b: Spec, where: str) -> Cause:
     name_a, name_b = describe_factory(spec_a), describe_factory(spec_b)
     if name_a != name_b:
-        return Difference(
+        return Cause(
             where,
             f"{name_a} vs {name_b}",
             "different optimizers (or schedules) are different programs: they cannot share a compilation",
@@ -68,23 +68,23 @@ def factory_difference(spec_a: Spec, spec_b: Spec, where: str) -> Difference:
     code_a, code_b = closure_code(spec_a), closure_code(spec_b)
     if code_a is not None and code_b is not None:
         if code_a is not code_b:
-            return Difference(
+            return Cause(
                 where,
                 f"{name_a}: its code was defined again (another code object for the same function)",
                 "define the function once (at module level), not in a cell or loop that runs again",
             )
         ga, gb = getattr(fa, "globals", None), getattr(fb, "globals", None)
         if ga is not gb:
-            return Difference(
+            return Cause(
                 where, f"{name_a}: the same code in another module's globals", "define it in one module"
             )
-        return Difference(
+        return Cause(
             where,
             f"{name_a}: its defaults or attributes differ",
             "give the function the same defaults and attributes in both",
         )
     inner = value_difference(fa, _static.freeze(fa), fb, _static.freeze(fb), "")
-    return Difference(where, f"the factory {name_a}: {inner.text()}", inner.fix or _CAPTURED_FIX)
+    return Cause(where, f"the factory {name_a}: {inner.text()}", inner.fix or _CAPTURED_FIX)
 
 
 class WhyStatic(NamedTuple):
@@ -142,7 +142,7 @@ _FUNCTIONS = (types.FunctionType, types.MethodType, functools.partial)
 
 def static_difference(
     spec_a: Spec, spec_b: Spec, name: str, va: Any, vb: Any, ka: Any, kb: Any, at: str
-) -> Difference:
+) -> Cause:
     """A static argument's two values: which part differs, why it is static, the fix."""
     closure = closure_code(spec_a) is not None  # its arguments are captured names
     inner = value_difference(va, ka, vb, kb, name if closure else "")
@@ -162,15 +162,15 @@ def static_difference(
         what, fix = f"static value {located} (static: {reason.why})", reason.fix
     if closure:
         what = f"{describe_factory(spec_a)} captures {name}, {what}"
-    return Difference(at, what, fix)
+    return Cause(at, what, fix)
 
 
 # Guards and analyses.
 
 
-def guard_differences(spec_a: Spec, spec_b: Spec, path: str, reported: set[str]) -> list[Difference]:
+def guard_differences(spec_a: Spec, spec_b: Spec, path: str, reported: set[str]) -> list[Cause]:
     """Guarded arguments on other branches (``peak_value == 0.0 is True`` vs ``False``)."""
-    out: list[Difference] = []
+    out: list[Cause] = []
     ga, gb = dict(spec_a.guards), dict(spec_b.guards)
     keys = [*ga, *(k for k in gb if k not in ga)]
     # A comparison made in one only follows from another branch taken earlier
@@ -187,7 +187,7 @@ def guard_differences(spec_a: Spec, spec_b: Spec, path: str, reported: set[str])
         outcome_a = ga.get(key, "not compared")
         outcome_b = gb.get(key, "not compared")
         out.append(
-            Difference(
+            Cause(
                 at,
                 f"{text} is {outcome_a} vs {outcome_b}: a guarded value on another branch of "
                 f"{describe_factory(spec_a)}",
@@ -198,7 +198,7 @@ def guard_differences(spec_a: Spec, spec_b: Spec, path: str, reported: set[str])
     return out
 
 
-def analysis_difference(spec_a: Spec, spec_b: Spec, where: str) -> Difference:
+def analysis_difference(spec_a: Spec, spec_b: Spec, where: str) -> Cause:
     """Nothing named: what else the analyses differ in (modes, carried expressions, options)."""
     parts: list[str] = []
     if spec_a.options.key() != spec_b.options.key():
@@ -210,7 +210,7 @@ def analysis_difference(spec_a: Spec, spec_b: Spec, where: str) -> Difference:
     if spec_a.carried != spec_b.carried:
         parts.append("it computes other expressions of its arguments in Python")
     what = "; ".join(parts) or "its analysis differs (another branch of the factory's Python code)"
-    return Difference(
+    return Cause(
         where,
         f"{spec_a.info.name}: {what}",
         "the values take another path through the factory's Python code: give values of the same "
@@ -432,7 +432,7 @@ def short(x: Any) -> str:
 
 
 __all__ = [
-    "Difference",
+    "Cause",
     "Found",
     "WhyStatic",
     "analysis_difference",

@@ -41,6 +41,7 @@ unpickler that admits only the types an analysis is made of.
 from __future__ import annotations
 
 # pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
+import dataclasses
 import enum
 import hashlib
 import io
@@ -64,7 +65,7 @@ _ENV = "OPTAX_PYTREE_ANALYSIS_CACHE"
 _MAX_PER_FILE = 64  # branches of one configuration
 # Packages whose version says what they compute (their files are not read).
 _BY_VERSION = frozenset({"jax", "jaxlib", "numpy", "ml_dtypes", "scipy", "opt_einsum", "builtins"})
-_FIELDS = tuple(s for s in Analysis.__slots__ if s != "checker")
+_FIELDS = tuple(f.name for f in dataclasses.fields(Analysis))  # what a record holds
 
 
 class _Unstable(Exception):
@@ -354,16 +355,12 @@ def _record(analysis: Analysis) -> dict[str, Any]:
 
 
 def _analysis(record: dict[str, Any]) -> Analysis:
-    found = Analysis.__new__(Analysis)
-    for name in _FIELDS:
-        setattr(found, name, record[name])
-    found.params = jax.tree_util.tree_map(
+    params = jax.tree_util.tree_map(
         lambda x: jax.ShapeDtypeStruct(x[1], np.dtype(x[2])) if _is_stand_in(x) else x,
         record["params"],
         is_leaf=_is_stand_in,
     )
-    found.checker = None
-    return found
+    return Analysis(**{**record, "params": params})
 
 
 def _read(path: str) -> list[dict[str, Any]]:

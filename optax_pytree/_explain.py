@@ -24,7 +24,7 @@ from . import _expr, _leaves, _static
 from ._bind import is_plain_transformation, is_wrapped
 from ._classify import factory_key
 from ._differences import (
-    Difference,
+    Cause,
     analysis_difference,
     cut,
     factory_difference,
@@ -50,7 +50,7 @@ class Explanation:
 
     __slots__ = ("differences", "shared")
 
-    def __init__(self, shared: bool, differences: tuple[Difference, ...]):
+    def __init__(self, shared: bool, differences: tuple[Cause, ...]):
         self.shared = shared
         self.differences = differences
 
@@ -116,17 +116,15 @@ def explain(a: Any, b: Any) -> Explanation:
     shared = _shares(a, b)
     if shared:
         return Explanation(True, ())
-    out: list[Difference] = []
+    out: list[Cause] = []
     root = _root_name(a)
     try:
         _walk(a, b, root, out)
     except Exception as e:  # noqa: BLE001 - a report never raises: say what could not be walked
-        out.append(
-            Difference(root or "(root)", f"could not be compared further ({type(e).__name__}: {e})", _ASK)
-        )
+        out.append(Cause(root or "(root)", f"could not be compared further ({type(e).__name__}: {e})", _ASK))
     if not out:
         out.append(
-            Difference(
+            Cause(
                 "(root)",
                 f"the treedefs differ: {cut(jax.tree_util.tree_structure(a))} vs "
                 f"{cut(jax.tree_util.tree_structure(b))}",
@@ -136,15 +134,15 @@ def explain(a: Any, b: Any) -> Explanation:
     return Explanation(False, _grouped(out))
 
 
-def _grouped(found: list[Difference]) -> tuple[Difference, ...]:
+def _grouped(found: list[Cause]) -> tuple[Cause, ...]:
     """Consecutive differences alike (every leaf of a batch) as one, their paths listed."""
-    groups: list[list[Difference]] = []
+    groups: list[list[Cause]] = []
     for d in found:
         if groups and (groups[-1][0].what, groups[-1][0].fix) == (d.what, d.fix):
             groups[-1].append(d)
         else:
             groups.append([d])
-    out: list[Difference] = []
+    out: list[Cause] = []
     for group in groups:
         paths = [d.path for d in group]
         shown = ", ".join(paths[:4]) + (f" and {len(paths) - 4} more" if len(paths) > 4 else "")
@@ -213,14 +211,14 @@ def _given(x: Any) -> str:
     return f"a {type(x).__name__}"
 
 
-def _leaf(a: Any, b: Any, path: str, out: list[Difference]) -> None:
+def _leaf(a: Any, b: Any, path: str, out: list[Cause]) -> None:
     """Two leaves: their avals (shape, dtype, weak type), else (not arrays) their values."""
     aa, ab = _aval(a), _aval(b)
     if aa is None or ab is None:
         if aa is None and ab is None and _same_object_leaf(a, b):
             return
         out.append(
-            Difference(
+            Cause(
                 path,
                 f"{short(a)} vs {short(b)}: a leaf that is not an array (jax.jit refuses it as an "
                 "argument; eqx.filter_jit compares it with ==)",
@@ -250,7 +248,7 @@ def _leaf(a: Any, b: Any, path: str, out: list[Difference]) -> None:
         fix = "an int and a float are different dtypes: write 1.0, not 1 (or give arrays of one dtype)"
     else:
         fix = "a leaf's dtype is part of the compiled program: give the same dtype in both"
-    out.append(Difference(path, what, fix))
+    out.append(Cause(path, what, fix))
 
 
 # --------------------------------------------------------------------------
@@ -287,14 +285,14 @@ def _is_leaf(treedef: Any) -> bool:
     return treedef.num_nodes == 1 and treedef.num_leaves == 1
 
 
-def _walk(a: Any, b: Any, path: str, out: list[Difference]) -> None:
+def _walk(a: Any, b: Any, path: str, out: list[Cause]) -> None:
     where = path or "(root)"
     if is_wrapped(a) and is_wrapped(b):
         _wrapped(a, b, path, out)
         return
     if is_plain_transformation(a) or is_plain_transformation(b):
         out.append(
-            Difference(
+            Cause(
                 where,
                 f"{short(a)} vs {short(b)}",
                 "a plain optax transformation is two functions, not a pytree of its hyperparameters: "
@@ -304,7 +302,7 @@ def _walk(a: Any, b: Any, path: str, out: list[Difference]) -> None:
         )
         return
     if is_wrapped(a) or is_wrapped(b):
-        out.append(Difference(where, f"{short(a)} vs {short(b)}", "give the same kind of object in both"))
+        out.append(Cause(where, f"{short(a)} vs {short(b)}", "give the same kind of object in both"))
         return
     kids_a, treedef_a = _one_level(a)
     kids_b, treedef_b = _one_level(b)
@@ -314,7 +312,7 @@ def _walk(a: Any, b: Any, path: str, out: list[Difference]) -> None:
         return
     if leaf_a or leaf_b or treedef_a.node_data()[0] is not treedef_b.node_data()[0]:
         out.append(
-            Difference(
+            Cause(
                 where,
                 f"{short(a)} vs {short(b)}",
                 "a pytree's structure is part of the compiled program: give the same structure in both",
@@ -327,7 +325,7 @@ def _walk(a: Any, b: Any, path: str, out: list[Difference]) -> None:
         return
     if len(kids_a) != len(kids_b):
         out.append(
-            Difference(
+            Cause(
                 where,
                 f"{len(kids_a)} children vs {len(kids_b)}",
                 "a pytree's structure is part of the compiled program: give the same structure in both",
@@ -336,15 +334,15 @@ def _walk(a: Any, b: Any, path: str, out: list[Difference]) -> None:
         return
     for (key_a, x), (key_b, y) in zip(kids_a, kids_b):
         if key_a != key_b:
-            out.append(Difference(where, f"keys {key_a} vs {key_b}", "give the same structure in both"))
+            out.append(Cause(where, f"keys {key_a} vs {key_b}", "give the same structure in both"))
             return
         _walk(x, y, _join(path, key_a), out)
 
 
-def _node_difference(a: Any, node_a: Any, node_b: Any, where: str) -> Difference:
+def _node_difference(a: Any, node_a: Any, node_b: Any, where: str) -> Cause:
     """The static data of one node (a dict's keys, a stateful optimizer's state) differs."""
     if isinstance(a, dict):
-        return Difference(
+        return Cause(
             where,
             f"a dict with keys {cut(node_a)} vs {cut(node_b)}",
             "the keys of a dict are part of the compiled program: give the same keys in both",
@@ -353,18 +351,18 @@ def _node_difference(a: Any, node_a: Any, node_b: Any, where: str) -> Difference
     if None not in initialized:  # a stateful optimizer (optax_pytree._stateful)
         if initialized[0] != initialized[1]:
             state = {True: "initialized", False: "not initialized"}
-            return Difference(
+            return Cause(
                 where,
                 f"{state[bool(initialized[0])]} vs {state[bool(initialized[1])]}",
                 "call .init(params) on both (or on neither) before passing them",
             )
-        return Difference(
+        return Cause(
             where,
             f"initialized for other parameters: {cut(node_a)} vs {cut(node_b)}",
             "the state's parameters are part of the compiled program: init both with parameters "
             "of the same shapes and dtypes",
         )
-    return Difference(
+    return Cause(
         where,
         f"a {type(a).__name__} whose static data differs: {cut(node_a)} vs {cut(node_b)}",
         "make its static part the same in both",
@@ -375,7 +373,7 @@ def _node_difference(a: Any, node_a: Any, node_b: Any, where: str) -> Difference
 # Wrapped objects.
 
 
-def _wrapped(a: Any, b: Any, path: str, out: list[Difference]) -> None:
+def _wrapped(a: Any, b: Any, path: str, out: list[Cause]) -> None:
     spec_a, spec_b = spec_of(a), spec_of(b)
     where = path or "(root)"
     if spec_a is not spec_b and spec_a != spec_b:
@@ -384,7 +382,7 @@ def _wrapped(a: Any, b: Any, path: str, out: list[Difference]) -> None:
             return
         if spec_a.kind != spec_b.kind:
             out.append(
-                Difference(
+                Cause(
                     where,
                     f"{spec_a.info.name} gave a {spec_a.kind} vs a {spec_b.kind}",
                     "give the factory arguments that make the same kind of object",
@@ -398,7 +396,7 @@ def _wrapped(a: Any, b: Any, path: str, out: list[Difference]) -> None:
         at = f"{path}.{name}".lstrip(".")
         if name not in names_a or name not in names_b:
             out.append(
-                Difference(
+                Cause(
                     at,
                     f"an argument of {spec_a.info.name} given in {'one' if name in names_a else 'the other'} "
                     "only",
@@ -417,12 +415,12 @@ def _wrapped(a: Any, b: Any, path: str, out: list[Difference]) -> None:
     if len(out) == found:  # the carried values (``exact``) last: they follow the arguments
         exact_a, exact_b = a._core.exact, b._core.exact
         if (exact_a is None) != (exact_b is None):
-            out.append(Difference(where, "carried host values in one only", _ASK))
+            out.append(Cause(where, "carried host values in one only", _ASK))
         elif exact_a is not None:
             _walk(exact_a, exact_b, f"{path}.exact".lstrip("."), out)
 
 
-def _argument(a: Any, b: Any, name: str, at: str, out: list[Difference]) -> None:
+def _argument(a: Any, b: Any, name: str, at: str, out: list[Cause]) -> None:
     spec_a, spec_b = spec_of(a), spec_of(b)
     role_a, role_b = spec_a.roles[name], spec_b.roles[name]
     if role_a != role_b:
@@ -444,7 +442,7 @@ def _argument(a: Any, b: Any, name: str, at: str, out: list[Difference]) -> None
             va, vb = a.hyperparams[name], b.hyperparams[name]
             inner = value_difference(va, _static.freeze(va), vb, _static.freeze(vb), "")
             out.append(
-                Difference(
+                Cause(
                     at,
                     f"the container of {spec_a.info.name}'s {name!r} differs: {inner.text()}",
                     "a container's length, keys and static items are part of the compiled program: "
@@ -470,7 +468,7 @@ def _role_text(w: Any, name: str) -> str:
     return "a dynamic leaf" + ("" if aval is None else f" ({_aval_text(aval)})")
 
 
-def _role_difference(a: Any, b: Any, name: str, at: str) -> Difference:
+def _role_difference(a: Any, b: Any, name: str, at: str) -> Cause:
     spec_a, spec_b = spec_of(a), spec_of(b)
     what = f"{_role_text(a, name)} vs {_role_text(b, name)}"
     statics = [(s, s.static[name]) for s in (spec_a, spec_b) if s.roles[name] == Role.STATIC]
@@ -479,7 +477,7 @@ def _role_difference(a: Any, b: Any, name: str, at: str) -> Difference:
         reason = why_static(spec, name, value)
         other = spec_b if spec is spec_a else spec_a
         if name in other.analysis.exponents and value in _expr.SPECIALIZED_EXPONENTS:
-            return Difference(
+            return Cause(
                 at,
                 what,
                 f"{spec.info.name} raises to this power, and plain optax's program specializes the "
@@ -487,14 +485,14 @@ def _role_difference(a: Any, b: Any, name: str, at: str) -> Difference:
                 "own compilation; any other value is a dynamic leaf, all of them one compilation",
             )
         if reason.chosen:
-            return Difference(at, what, reason.fix)
-        return Difference(
+            return Cause(at, what, reason.fix)
+        return Cause(
             at,
             what,
             "give the same kind of value in both (a number is a dynamic leaf, a schedule a child, "
             "anything else static)",
         )
-    return Difference(
+    return Cause(
         at,
         what,
         "give the same kind of value in both: a number is a dynamic leaf, a wrapped schedule (or a "
@@ -502,4 +500,4 @@ def _role_difference(a: Any, b: Any, name: str, at: str) -> Difference:
     )
 
 
-__all__ = ["Difference", "Explanation", "explain"]
+__all__ = ["Cause", "Explanation", "explain"]

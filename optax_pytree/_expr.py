@@ -99,6 +99,7 @@ class Fits(NamedTuple):
 
 
 Key = Compare | Truth | Fits  # a guard key: one Python decision
+Guards = tuple[tuple[Key, bool], ...]  # a branch: each decision the factory made, and its outcome
 
 
 # The exponents XLA computes a power by otherwise when they are constants of

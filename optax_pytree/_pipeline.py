@@ -20,7 +20,7 @@ makes the object from it. The object (``_tree``) calls this for ``replace``
 and unpickling; the entry points (``_wrap``) for ``wrap``.
 
 Never a refusal of what plain optax accepts: where the mechanism cannot
-honour a part of a configuration (:class:`Degrade`), that part is made
+honour a part of a configuration (:class:`Degraded`), that part is made
 static, with one warning that says which part and why.
 """
 
@@ -37,7 +37,7 @@ from . import _bind, _build, _carry, _checks, _descend, _detect, _disk, _expr, _
 from ._bind import FactoryInfo, is_wrapped
 from ._classify import Classified, MakeChild, Options, classify
 from ._spec import Analysis
-from ._vocabulary import Kind, Level, Role
+from ._vocabulary import Differs, Kind, Role
 
 
 class Made(NamedTuple):
@@ -137,12 +137,14 @@ def _call_factory(
     return kind, result
 
 
-def _analyse(info: FactoryInfo, classified: Classified, base: dict[str, Any], kind: Kind) -> Analysis:
-    """Probes the candidates, then verifies the result (see ``_verify``)."""
+def _analyse(
+    info: FactoryInfo, classified: Classified, base: dict[str, Any], kind: Kind
+) -> Analysis | Degraded:
+    """Probes the candidates (``_detect``), then verifies the result (``_verify``)."""
     values, roles = classified.values, classified.roles
     candidates = {n: values[n] for n in classified.candidates}
     if not candidates:
-        return Analysis(kind)
+        return Analysis.of(kind)
     leaves = _leaves.to_leaves(candidates)
     probe_base = {n: v for n, v in base.items() if n not in candidates}
     probe_base.update(_leaves.to_leaves({n: values[n] for n in classified.forced}))
@@ -153,53 +155,32 @@ def _analyse(info: FactoryInfo, classified: Classified, base: dict[str, Any], ki
     def analyse(static: tuple[str, ...]) -> Analysis:
         return _detect.analyse(info, kind, probe_base, candidates, leaves, shapes, static)
 
-    fixed = always = _spec.verified_static(classified.analysis_key)
-    analysis = analyse(fixed)
+    known = _spec.verified_static(classified.analysis_key)
     if _traced(classified):
-        return analysis  # no Python values to compare with: checked where it is used
-    while True:
-        found = _difference(info, classified, base, analysis)
-        if found is None:
-            return analysis
-        order = [n for n in candidates if n not in analysis.static_names]
-        # Bisection: the shortest prefix of ``order`` that, made static, removes the difference.
-        lo, hi = 0, len(order)
-        last = analyse((*fixed, *order)) if order else analysis
-        if not order or _difference(info, classified, base, last) is not None:
-            forced = list(classified.forced)
-            if forced and found.startswith(_FAILS):
-                # Forced dynamic, and the build fails with it traced: the error
-                # at trace time names it (no detection was asked for).
-                return last
-            if forced:
-                raise ForcedDynamicError(
-                    f"{info.name}: the wrapped build computes other numbers than the factory with the "
-                    f"same values ({found}), because of {_bind.which(forced)} forced dynamic; let it "
-                    "be static"
-                )
-            raise Degrade(
-                _not_static(classified),
-                "optax_pytree could not rebuild it from leaves that compute what it computes with "
-                f"the values given, even with every numeric argument static ({found})",
-                descend=bool(classified.children),
-            )
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            trial = analyse((*fixed, *order[:mid]))
-            if _difference(info, classified, base, trial) is None:
-                hi, last = mid, trial
-            else:
-                lo = mid
-        fixed = (*fixed, order[hi - 1])
-        if not found.startswith(_SPECIALIZED):
-            # Static for every value: later analyses start with it static. A
-            # specialized exponent is static at its value only (``exponents``).
-            always = (*always, order[hi - 1])
-            _spec.remember_verified_static(classified.analysis_key, always)
-        analysis = analyse(fixed) if hi > 1 else last
-
-
-_FAILS = "it fails: "
+        return analyse(known)  # no Python values to compare with: checked where it is used
+    verdict = _verify.verify(info, classified, base, analyse, known)
+    if verdict.static_for_every_value != known:  # later analyses start with them static
+        _spec.remember_verified_static(classified.analysis_key, verdict.static_for_every_value)
+    found = verdict.difference
+    if found is None:
+        return verdict.analysis
+    forced = list(classified.forced)
+    if forced and found.kind is Differs.FAILS:
+        # Forced dynamic, and the build fails with it traced: the error at
+        # trace time names it (no detection was asked for).
+        return verdict.analysis
+    if forced:
+        raise ForcedDynamicError(
+            f"{info.name}: the wrapped build computes other numbers than the factory with the "
+            f"same values ({found}), because of {_bind.which(forced)} forced dynamic; let it "
+            "be static"
+        )
+    return Degraded(
+        _not_static(classified),
+        "optax_pytree could not rebuild it from leaves that compute what it computes with "
+        f"the values given, even with every numeric argument static ({found})",
+        descend=bool(classified.children),
+    )
 
 
 def _not_static(classified: Classified) -> tuple[str, ...]:
@@ -211,8 +192,8 @@ class ForcedDynamicError(TypeError):
     """An argument the user forced dynamic cannot be: their choice, so an error."""
 
 
-class Degrade(Exception):
-    """The mechanism cannot honour ``names`` for these values: they become static (``make``).
+class Degraded(NamedTuple):
+    """The mechanism cannot honour ``names`` for these values: ``make`` makes them static.
 
     ``descend``: the difference stays with every numeric argument of the
     configuration's own static, so it may be a wrapped child's: ``make``
@@ -220,12 +201,10 @@ class Degrade(Exception):
     make static instead (:func:`_smallest_inner_static`).
     """
 
-    def __init__(self, names: tuple[str, ...], why: str, remember: bool = True, descend: bool = False):
-        super().__init__(why)
-        self.names = names
-        self.why = why
-        self.remember = remember  # for the whole configuration (else these values only)
-        self.descend = descend
+    names: tuple[str, ...]
+    why: str  # said once, in the warning
+    remember: bool = True  # for the whole configuration (else these values only)
+    descend: bool = False
 
 
 def _smallest_inner_static(
@@ -237,7 +216,7 @@ def _smallest_inner_static(
     def works(marks: tuple[_descend.Inner, ...]) -> bool:
         try:
             with _quiet.quietly():
-                _make(
+                made = _make(
                     info,
                     _descend.with_inner_static(arguments, marks),
                     options,
@@ -246,80 +225,12 @@ def _smallest_inner_static(
                     None,
                     quiet=True,
                 )
-        except Exception:  # noqa: BLE001 - Degrade, or any failure of a trial: not these
+        except Exception:  # noqa: BLE001 - any failure of a trial: not these
             return False
-        return True
+        return isinstance(made, Made)
 
     order = _descend.inner_arguments(arguments, classify(info, arguments, options, make_child).roles)
     return _descend.smallest(order, works)
-
-
-_SPECIALIZED = "it takes as a leaf an exponent XLA specializes as a constant: "
-
-
-def _difference(
-    info: FactoryInfo, classified: Classified, base: dict[str, Any], analysis: Analysis
-) -> str | None:
-    """How the wrapped build (leaves traced) differs from the factory with the Python values, or None.
-
-    Bit for bit: the object carries the host values of the expressions optax
-    computes in Python (see ``_guard.Guarded.exact``), so its numbers are
-    exactly the factory's.
-    """
-    if analysis.level is Level.BUILD:
-        return None  # nothing to run (the probe could not run init or a schedule)
-    spec = _spec.new_spec(info, classified, analysis)
-    # Made as the object will be (the same one compiled converter).
-    leaves, exact = _carry.leaves_and_exact(
-        spec, classified, _carry.host_values(spec, base) if spec.carried else {}
-    )
-    params = _verify.concrete_params(_verify.smaller(analysis.params))
-    counts = _verify.counts_for({n: classified.values[n] for n in classified.candidates})
-
-    def run(built: Any) -> Any:
-        return _verify.outputs(built, spec.kind, analysis.level, params, counts)
-
-    reference_jaxpr = None
-    try:
-        reference, reference_jaxpr = _verify.reference_outputs(_verify.call_reference(info, base), run)
-    except Exception as e:  # noqa: BLE001 - compared below
-        reference = e
-    try:
-        got, jaxpr = _verify.traced_outputs(lambda lv: _build.build(spec, *lv), (leaves, exact), run)
-    except Exception as e:  # noqa: BLE001 - any failure of the wrapped build is a difference
-        if isinstance(reference, Exception):
-            return None  # the factory fails on these stand-in parameters too: nothing to compare
-        return f"{_FAILS}{type(e).__name__}: {_build.first_line(str(e))}"
-    if isinstance(reference, Exception) or reference_jaxpr is None:
-        return f"the factory fails with the Python values ({type(reference).__name__}) but not wrapped"
-    ops, reference_ops = (
-        _verify.approximate_ops(jaxpr, (params, counts)),
-        _verify.approximate_ops(reference_jaxpr, (params, counts)),
-    )
-    if ops != reference_ops:
-        pow_ = _verify.SPECIALIZED_POW
-        others, reference_others = ({k: v for k, v in o.items() if k != pow_} for o in (ops, reference_ops))
-        if others == reference_others:
-            return f"{_SPECIALIZED}{reference_ops.get(pow_)} where it has {ops.get(pow_)}"
-        return f"it computes with {ops} where the factory computes with {reference_ops}"
-    found = _verify.difference(reference, got, exact=True)
-    if found is None:
-        analysis.exponents = _exponent_names(spec, leaves, _verify.exponent_inputs(jaxpr))
-    return found
-
-
-def _exponent_names(spec: _spec.Spec, leaves: tuple[Any, ...], positions: frozenset[int]) -> tuple[str, ...]:
-    """The dynamic arguments among the program's inputs at ``positions`` (its leaves, then ``exact``)."""
-    if not positions:
-        return ()
-    names: list[str] = []
-    at = 0
-    for name, leaf in zip(spec.leaf_names, leaves):
-        size = len(jax.tree_util.tree_leaves(leaf))
-        if spec.roles[name] == Role.DYNAMIC and any(at <= p < at + size for p in positions):
-            names.append(name)
-        at += size
-    return tuple(names)
 
 
 def _find_analysis(
@@ -328,8 +239,8 @@ def _find_analysis(
     previous: _spec.Spec | None,
     base: dict[str, Any],
     kind: Kind | None,
-) -> Analysis:
-    """The cached analysis these values match, or a new one."""
+) -> Analysis | Degraded:
+    """The cached analysis these values match, or a new one (or why the mechanism cannot make one)."""
     values = classified.values
     for analysis in _spec.analyses(classified.analysis_key):
         if analysis.matches(values):
@@ -356,19 +267,22 @@ def _find_analysis(
     try:
         with _quiet.quietly():  # the library's runs of the factory: nothing shows (``_quiet``)
             analysis = _analyse(info, classified, base, kind)
-    except (Degrade, ForcedDynamicError):
+    except ForcedDynamicError:
         raise
-    except Exception as e:  # a failure of the mechanism itself: degrade, never refuse
+    except Exception as e:  # noqa: BLE001 - a failure of the mechanism itself: degrade, never refuse
         why = f"optax_pytree's analysis of it failed ({type(e).__name__}: {_build.first_line(str(e))})"
-        raise Degrade(_not_static(classified), why) from e
+        return Degraded(_not_static(classified), why)
+    if isinstance(analysis, Degraded):
+        return analysis
     _spec.remember(classified.analysis_key, analysis)
     if name is not None:
         _disk.store(name, analysis)
     return analysis
 
 
-def _check_leaves(info: FactoryInfo, classified: Classified, analysis: Analysis) -> None:
-    """The leaves must take the branches their Python values took (float32 round-off)."""
+def _check_leaves(info: FactoryInfo, classified: Classified, analysis: Analysis) -> Degraded | None:
+    """The leaves must take the branches their Python values took (float32 round-off): None
+    if they do; what to make static if a value's leaf would take another branch."""
     values = classified.values
     for name in analysis.static_names:
         if _leaves.is_tracer(values[name]):
@@ -378,10 +292,10 @@ def _check_leaves(info: FactoryInfo, classified: Classified, analysis: Analysis)
                 "give it a concrete value"
             )
     if not analysis.guards:
-        return
+        return None
     guarded = {n: values[n] for n in analysis.modes}
     if any(_leaves.is_tracer(v) for v in guarded.values()):
-        return
+        return None
     host = {n: _leaves.value_as_leaf(v) for n, v in guarded.items()}
     bad = analysis.check(host)
     names: tuple[str, ...] = tuple(sorted(_expr.key_names(bad[0][0]))) if bad else ()
@@ -391,7 +305,7 @@ def _check_leaves(info: FactoryInfo, classified: Classified, analysis: Analysis)
         # values on several branches, from grid or stack, is refused below.)
         key, recorded, got = bad[0]
         dtype = np.asarray(next(host[n] for n in names)).dtype
-        raise Degrade(
+        return Degraded(
             names,
             f"{_bind.which(names)} as a {dtype.name} leaf takes "
             f"another branch than the value given ({_expr.key_text(key)} is "
@@ -399,7 +313,7 @@ def _check_leaves(info: FactoryInfo, classified: Classified, analysis: Analysis)
             remember=False,
         )
     if not bad:
-        return
+        return None
     _checks.check(
         info.name,
         analysis.guards,
@@ -408,6 +322,7 @@ def _check_leaves(info: FactoryInfo, classified: Classified, analysis: Analysis)
         "the value given",
         "pass it as an array of the precision you need",
     )
+    return None
 
 
 def make(
@@ -442,37 +357,38 @@ def make(
     while True:
         marked = options.with_marks(static, ()) if static else options
         given = _descend.with_inner_static(arguments, inner, "; ".join(whys)) if inner else arguments
-        try:
-            # After the first round the factory was called for the user: quietly.
-            made = _make(info, given, marked, make_child, previous, kept, quiet=bool(static or inner))
+        # After the first round the factory was called for the user: quietly.
+        made = _make(info, given, marked, make_child, previous, kept, quiet=bool(static or inner))
+        if isinstance(made, Made):
             if static:  # for ``explain``: static by the library's choice, not the user's
                 _spec.remember_made_static(made.spec, (tuple(static), "; ".join(whys)))
             return made
-        except Degrade as d:
-            found = None
-            if d.descend and not descended:
-                # The smallest part first: arguments of the children, not the children whole.
-                descended = True
-                found = _smallest_inner_static(info, given, marked, make_child)
-            if found:
-                parts = [m.text() for m in found]
-                inner = (*inner, *found)
-            else:
-                names = [n for n in d.names if n in arguments and n not in static]
-                if not names:  # nothing left to make static: cannot happen, but never loop
-                    raise TypeError(f"{info.name}: {d.why}") from None
-                parts = [_bind.which(names)]
-                static += names
-            if d.remember:  # all of it, for the configuration as the user gives it
-                key = classify(info, arguments, options, make_child).analysis_key
-                _spec.remember_degraded(key, (tuple(static), d.why, inner))
-            _warn_degraded(info, parts, d.why)
-            whys.append(d.why)
+        # The mechanism cannot honour a part: that part becomes static, and the object is made again.
+        found = None
+        if made.descend and not descended:
+            # The smallest part first: arguments of the children, not the children whole.
+            descended = True
+            found = _smallest_inner_static(info, given, marked, make_child)
+        if found:
+            parts, count = [m.text() for m in found], len(found)
+            inner = (*inner, *found)
+        else:
+            names = [n for n in made.names if n in arguments and n not in static]
+            if not names:  # nothing left to make static: cannot happen, but never loop
+                raise TypeError(f"{info.name}: {made.why}") from None
+            parts, count = [_bind.which(names)], len(names)
+            static += names
+        if made.remember:  # all of it, for the configuration as the user gives it
+            key = classify(info, arguments, options, make_child).analysis_key
+            _spec.remember_degraded(key, (tuple(static), made.why, inner))
+        _warn_degraded(info, parts, count, made.why)
+        whys.append(made.why)
 
 
-def _warn_degraded(info: FactoryInfo, parts: list[str], why: str) -> None:
-    """``parts``: what is made static, in words (``arguments ['a', 'b']``, ``argument 'shift' of ...``)."""
-    plural = len(parts) > 1 or parts[0].startswith("arguments")
+def _warn_degraded(info: FactoryInfo, parts: list[str], count: int, why: str) -> None:
+    """``parts``: what is made static, in words (``arguments ['a', 'b']``, ``argument 'shift' of ...``),
+    ``count`` arguments in all."""
+    plural = count > 1
     warnings.warn(
         f"optax_pytree: {info.name}: {why}; so {', '.join(parts)} "
         f"{'are' if plural else 'is'} static for these values: the object computes what "
@@ -499,7 +415,7 @@ def _make(
     previous: _spec.Spec | None,
     kept: Any,
     quiet: bool,
-) -> Made:
+) -> Made | Degraded:
     classified = classify(info, arguments, options, make_child)
     # A configuration made before whose analysis nothing of the values
     # decides (no guards, no static candidates): its spec, found at once.
@@ -525,7 +441,11 @@ def _make(
         kind, result = _call_factory(info, classified, base, tolerant=traced)
     if spec is None:
         analysis = _find_analysis(info, classified, previous, base, kind)
-        _check_leaves(info, classified, analysis)
+        if isinstance(analysis, Degraded):
+            return analysis
+        degraded = _check_leaves(info, classified, analysis)
+        if degraded is not None:
+            return degraded
         spec = _spec.spec_for(info, classified, analysis)
         _spec.plan(classified.analysis_key, spec)
     python = {n: base[n] for n in classified.candidates if type(base[n]) in _carry.PYTHON_NUMBERS}

@@ -15,6 +15,8 @@ far, one per branch; each analysis makes one spec.
 from __future__ import annotations
 
 # pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
+import dataclasses
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -31,64 +33,74 @@ from ._leaves import is_tracer, value_as_given, value_as_static
 from ._vocabulary import Kind, Level, Mode, Role
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
 class Analysis:
-    """What the probe found for one configuration and one branch of its values.
+    """What the analysis found for one configuration and one branch of its values.
 
-    ``static_names``: candidates the factory needs concrete (their values are
-    ``static_key``); ``modes``: guarded candidates -> ``Mode.GUARDED`` or
-    ``Mode.GUARDED_WHILE_BUILT``; ``guards``: the recorded
-    comparisons and their outcomes; ``undecided``: the probe could not run
-    ``init``/``update`` (its stand-in parameters did not fit), so a failure at
-    trace time names the dynamic arguments; ``example``: then, the scalar
-    values it was made from (name -> Python or NumPy scalar), with which such
-    a failure is tried again as plain optax would run it (``_build``): an
-    error of plain optax's own is the user's, not one of the mechanism's.
+    Made whole, never changed: by the probe (``_detect``, through
+    :meth:`of`), then by the verification as a new record with what its
+    comparison learned (``_verify.compare``: ``exponents``), and read back
+    from disk whole (``_disk``). Compared by identity (``eq=False``): each is
+    one entry of the analysis cache, and the interned spec of a configuration
+    is looked up by (configuration, analysis).
     """
 
-    __slots__ = (
-        "carried",
-        "checker",
-        "example",
-        "exponents",
-        "guards",
-        "kind",
-        "level",
-        "modes",
-        "params",
-        "static_key",
-        "static_names",
-        "undecided",
-    )
+    kind: Kind
+    """What the factory returns."""
+    static_names: tuple[str, ...] = ()
+    """The candidates the factory needs as Python values (found by the probe or the verification)."""
+    static_key: tuple[Any, ...] = ()
+    """Their values, frozen (``_static.freeze``): an analysis is for these values of them only."""
+    modes: Mapping[str, Mode] = dataclasses.field(default_factory=dict[str, Mode])
+    """The guarded candidates: ``Mode.GUARDED`` (kept for call time) or ``Mode.GUARDED_WHILE_BUILT``."""
+    guards: _expr.Guards = ()
+    """The comparisons the factory made on its candidates, and their outcomes: the branch."""
+    undecided: bool = False
+    """The probe could not run ``init``/``update`` (its stand-in parameters did not fit): a
+    failure at trace time names the dynamic arguments."""
+    example: Mapping[str, Any] = dataclasses.field(default_factory=dict[str, Any])
+    """Where ``undecided``: the scalar values it was made from (name -> Python or NumPy
+    scalar), with which such a failure is tried again as plain optax would run it
+    (``_build``): an error of plain optax's own is the user's, not the mechanism's."""
+    level: Level = Level.BUILD
+    """How deep the probe could drive the result: where the verification runs it too."""
+    params: Any = None
+    """The stand-in parameters (a tree of ``jax.ShapeDtypeStruct``) it ran on, or None."""
+    carried: tuple[tuple[_expr.Expr, str], ...] = ()
+    """Expressions of the arguments that reach JAX (``1 - b2``) and the dtype of each value:
+    evaluated on the host when an object is made, and carried as its leaves."""
+    exponents: tuple[str, ...] = ()
+    """Leaves that are a power's exponent (found by the verification): plain optax's program
+    specializes a power by 2.0, 3.0, 0.5 or -1.0, a leaf's cannot, so those values are not
+    this analysis' (see :meth:`matches`)."""
 
-    def __init__(
-        self,
+    @classmethod
+    def of(
+        cls,
         kind: Kind,
+        *,
         static: tuple[str, ...] = (),
-        modes: dict[str, Mode] | None = None,
-        guards: tuple[tuple[_expr.Key, bool], ...] = (),
-        undecided: bool = False,
         values: Mapping[str, Any] | None = None,
-    ):
-        self.kind = kind
-        self.static_names = static  # the candidates the factory needs as Python values
-        self.modes = modes or {}
-        self.guards = guards
-        self.undecided = undecided
-        self.static_key = tuple(_static.freeze(value_as_static((values or {})[n])) for n in static)
-        given = {n: value_as_given(v) for n, v in (values or {}).items()} if undecided else {}
-        self.example = {n: v for n, v in given.items() if v is not None}
-        # How deep the probe could drive the result, on which stand-in
-        # parameters: where the verification runs it too.
-        self.level = Level.BUILD
-        self.params: Any = None
-        # Expressions of the arguments that reach JAX (``1 - b2``): evaluated
-        # on the host when an object is made, and carried as its leaves.
-        self.carried: tuple[tuple[_expr.Expr, str], ...] = ()  # (expression, dtype of its value)
-        # Leaves that are a power's exponent (set by the verification): plain
-        # optax's program specializes a power by 2.0, 3.0, 0.5 or -1.0, a
-        # leaf's cannot, so those values are not this analysis' (see ``matches``).
-        self.exponents: tuple[str, ...] = ()
-        self.checker: _checks.Checker | None = None  # the guards compiled, once asked
+        undecided: bool = False,
+        **found: Any,
+    ) -> Analysis:
+        """An analysis of ``kind`` with ``static`` candidates, their ``values`` (name -> value
+        as given) frozen into ``static_key``; ``found``: the other fields."""
+        values = values or {}
+        given = {n: value_as_given(v) for n, v in values.items()} if undecided else {}
+        return cls(
+            kind,
+            static,
+            tuple(_static.freeze(value_as_static(values[n])) for n in static),
+            undecided=undecided,
+            example={n: v for n, v in given.items() if v is not None},
+            **found,
+        )
+
+    @functools.cached_property
+    def checker(self) -> _checks.Checker:
+        """The guards compiled, once asked (a cache, not a field: ``_disk`` writes the fields)."""
+        return _checks.checker(self.guards)
 
     @property
     def decides(self) -> bool:
@@ -98,10 +110,7 @@ class Analysis:
 
     def check(self, env: Mapping[str, Any]) -> list[tuple[_expr.Key, bool, Any]]:
         """The guards whose outcome for ``env`` is not the recorded one (see ``_checks``)."""
-        checker = self.checker
-        if checker is None:
-            checker = self.checker = _checks.checker(self.guards)
-        return checker.mismatches(env)
+        return self.checker.mismatches(env)
 
     def matches(self, values: Mapping[str, Any]) -> bool | None:
         """Whether these values take this analysis' branches (None: cannot tell, traced).

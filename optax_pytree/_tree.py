@@ -21,7 +21,7 @@ import jax
 import numpy as np
 import optax
 
-from . import _bind, _build, _closures, _constants, _leaves
+from . import _bind, _build, _closures, _jaxprs, _leaves
 from ._bind import Wrapped
 from ._classify import NO_OPTIONS, Options
 from ._core import Core
@@ -333,7 +333,7 @@ class PyTreeSchedule(_Wrapped):
         """The schedule's value at step ``count`` (traced or concrete)."""
         core = self._core
         core.check_sources()
-        return _constants.call(lambda h, c: core.built_from(h)(c), (core.leaves, core.exact), count)
+        return _jaxprs.call(lambda h, c: core.built_from(h)(c), (core.leaves, core.exact), count)
 
     # A plain object, not a tuple: ``jax.jit(schedule)`` keeps a weak
     # reference to the function it compiles, and tuples cannot be weakly

@@ -1,60 +1,150 @@
-"""Step 2d, verify: the wrapped build computes what the factory computes with the Python values.
+"""Analyse, verification: the wrapped build computes what the factory computes with the Python values.
 
-Detection (``_detect``) sees what a factory does *with* a stand-in: compare it,
-convert it, use it as a shape. It cannot see a decision the factory makes
-*about* the value: ``isinstance(clip, float)``, ``type(k) is int``,
-``hasattr(lr, "shape")``, ``lr is DEFAULT``, ``f"{lr}"``, a ``try: float(lr)``
-that catches JAX's error. A leaf answers those differently from the Python
-number, so the factory takes another branch, runs, and computes something
-else, silently.
+The probe (``_detect``) sees what a factory does *with* a stand-in: compare
+it, convert it, use it as a shape. It cannot see a decision the factory
+makes *about* the value: ``isinstance(clip, float)``, ``type(k) is int``,
+``hasattr(lr, "shape")``, ``lr is DEFAULT``, ``f"{lr}"``, a ``try:
+float(lr)`` that catches JAX's error. A leaf answers those differently from
+the Python number, so the factory takes another branch, runs, and computes
+something else, silently.
 
 So every new configuration (and every new branch of one) is checked by
-differential execution: the wrapped build, with its leaves *traced* (a
-concrete array answers ``float()`` and ``str()`` like a number, a tracer does
-not), against the factory called with the Python values, on the probe's
-stand-in parameters: ``init``, an ``update`` with every extra argument
-the probe found the transformation takes (``value``, ``grad``, ``value_fn``,
-``obj_fn``, ``grad_fn``), or a schedule at a range of step counts (those near
-its integer arguments included). A difference makes the responsible argument
-static (found by bisection, re-analysed with it static, checked again), so it
-shows in ``detected_static_argnames``.
+differential execution, all of it here:
 
-Both programs are traced to jaxprs and evaluated with NumPy on the host
-(:func:`evaluate`: nothing is compiled), and compared bit for bit
-(:func:`difference` with ``exact=True``): the object carries the host values
-of the Python arithmetic the factory does on its arguments (``1 - b2``, see
-``_guard.Guarded.exact``), so its numbers are the factory's exactly. The two
-programs must also use the same operations that XLA does not round
-correctly (:func:`approximate_ops`: ``exp``, ``pow``, ...), which the NumPy
-evaluation cannot tell apart; a ``pow`` whose exponent plain optax has as a
-constant XLA specializes (2.0, 3.0, 0.5, -1.0: ``x ** 2.0`` becomes
-``x * x``) and the wrapped build has as a leaf is reported as such, and the
-argument feeding it (:func:`exponent_inputs`) is static at those values.
+- **the exerciser** (:func:`exercise`, shared with the probe): ``init``, an
+  ``update`` with every extra argument the probe found the transformation
+  takes (``value``, ``grad``, ``value_fn``, ``obj_fn``, ``grad_fn``), or a
+  schedule at a range of step counts (those near its integer arguments
+  included), on the probe's stand-in parameters;
+- **the comparison** (:func:`compare`): the wrapped build, with its leaves
+  *traced* (a concrete array answers ``float()`` and ``str()`` like a
+  number, a tracer does not), against the factory called with the Python
+  values. Both programs are traced to jaxprs and evaluated with NumPy on the
+  host (``_jaxprs.evaluate``: nothing is compiled), and compared bit for
+  bit: the object carries the host values of the Python arithmetic the
+  factory does on its arguments (``1 - b2``, see ``_guard.Guarded.exact``),
+  so its numbers are the factory's exactly. The two programs must also use
+  the same operations that XLA does not round correctly
+  (:func:`approximate_ops`: ``exp``, ``pow``, ...), which the NumPy
+  evaluation cannot tell apart; a ``pow`` whose exponent plain optax has as
+  a constant XLA specializes (2.0, 3.0, 0.5, -1.0: ``x ** 2.0`` becomes
+  ``x * x``) and the wrapped build has as a leaf is reported as such, and
+  the argument feeding it (:func:`exponent_inputs`) is static at those
+  values. It returns the analysis verified (a new record, with what the
+  comparison learned) or a :class:`Difference`, whose ``kind``
+  (``_vocabulary.Differs``) is what callers branch on: its ``detail`` is
+  words for a message, nothing else;
+- **the bisection** (:func:`verify`): a difference makes the responsible
+  argument static (the shortest prefix of the candidates that, static,
+  removes it), re-analysed with it static and checked again, so it shows
+  in ``detected_static_argnames``. The :class:`Verdict` says which analysis
+  holds, which difference nothing removes, and which arguments are static
+  for every value.
 
 What it cannot see: a factory that reads mutable global state when called
 (wrapped factories must be pure functions of their arguments, as
 ``optax.inject_hyperparams`` requires), and a decision taken by string
-formatting or identity at values other than the ones analysed (the check runs
-once per configuration and branch, not at every value). A difference it
-cannot bisect to a numeric argument (even with every one static) makes the
-whole configuration static, with a warning (``_pipeline.Degrade``): never a
+formatting or identity at values other than the ones analysed (the check
+runs once per configuration and branch, not at every value). A difference
+it cannot bisect to a numeric argument (even with every one static) makes
+the whole configuration static, with a warning (``_pipeline``): never a
 refusal of what plain optax accepts.
 """
 
 from __future__ import annotations
 
 # pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
+import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _bind, _detect, _leaves
-from ._constants import INLINED, bind, is_literal
+from . import _bind, _build, _carry, _leaves, _spec
+from ._build import as_transformation
+from ._classify import Classified
 from ._expr import SPECIALIZED_EXPONENTS
-from ._vocabulary import Kind, Level
+from ._jaxprs import evaluate, is_literal, sub_jaxprs
+from ._spec import Analysis
+from ._vocabulary import Differs, Kind, Level, Role
+
+# --------------------------------------------------------------------------
+# The exerciser: what the probe and the comparison run on a built object.
+
+# How far a transformation is driven, deepest first: update with every extra
+# argument optax's transformations take (those of line searches and
+# Polyak/plateau rules, of Hessian estimators, of SAM's opaque mode; a
+# transformation that takes **extra_args ignores the others), then each
+# group alone (a transformation with explicit keywords refuses the rest),
+# update alone (then the probe tries init, or construction only).
+_EXTRAS = {
+    Level.UPDATE_ALL: ("value", "grad", "value_fn", "obj_fn", "grad_fn"),
+    Level.UPDATE_LINESEARCH: ("value", "grad", "value_fn"),
+    Level.UPDATE_OBJ_FN: ("obj_fn",),
+    Level.UPDATE_GRAD_FN: ("grad_fn",),
+    Level.UPDATE: (),
+}
+UPDATE_LEVELS: tuple[Level, ...] = tuple(_EXTRAS)
+
+
+def sum_of_squares(params: Any) -> jax.Array:
+    return sum((jnp.sum(x**2) for x in jax.tree_util.tree_leaves(params)), jnp.zeros(()))
+
+
+def _gradient(params: Any, i: Any = 0) -> Any:
+    """The gradient of ``sum_of_squares``; SAM's ``grad_fn(params, i)`` in opaque mode."""
+    del i
+    return jax.tree_util.tree_map(lambda x: 2 * x, params)
+
+
+def _extra_args(level: Level, value: Any, params: Any) -> dict[str, Any]:
+    every = {
+        "value": value,
+        "grad": _gradient(params),
+        "value_fn": sum_of_squares,
+        "obj_fn": sum_of_squares,
+        "grad_fn": _gradient,
+    }
+    return {k: every[k] for k in _EXTRAS[level]}
+
+
+def default_param_shapes() -> list[Any]:
+    """The stand-in parameters tried after those shaped like a configuration's masks (``_detect``)."""
+    f32 = jnp.float32
+    return [
+        # Ranks 1 to 4 (a bias, a dense kernel, a conv kernel): guards on a
+        # parameter's rank (``g.ndim < min_ndim``) are recorded for each.
+        {
+            "b": jax.ShapeDtypeStruct((3,), f32),
+            "c": jax.ShapeDtypeStruct((2, 3, 2, 4), f32),
+            "s": jax.ShapeDtypeStruct((3, 2, 4), f32),
+            "w": jax.ShapeDtypeStruct((4, 3), f32),
+        },
+        {"b": jax.ShapeDtypeStruct((3,), f32), "w": jax.ShapeDtypeStruct((4, 3), f32)},
+        {"w": jax.ShapeDtypeStruct((4, 3), f32)},
+        jax.ShapeDtypeStruct((3,), f32),
+    ]
+
+
+def exercise(built: Any, kind: Kind, level: Level, params: Any, count: Any, value: Any) -> Any:
+    """What the probe and the comparison run: init, then an update; a schedule at ``count``."""
+    if level is Level.BUILD:
+        return None
+    if kind is Kind.SCHEDULE:
+        return built(count)
+    tx = as_transformation(built)
+    state = tx.init(params)
+    if level is Level.INIT:
+        return state
+    extra = _extra_args(level, value, params)
+    updates, new_state = tx.update(_gradient(params), state, params, **extra)
+    return [state, updates, new_state]
+
+
+# --------------------------------------------------------------------------
+# The comparison's inputs and outputs.
 
 # Step counts a schedule is compared at, besides those near its integer arguments.
 _COUNTS = (0, 1, 2, 3, 5, 8, 13, 21, 50, 100, 333, 1000, 4321, 10_000, 123_456)
@@ -75,7 +165,7 @@ def concrete_params(shapes: Any) -> Any:
 def smaller(shapes: Any) -> Any:
     """The parameters to compare on: the probe's; for its default ranks 1 to 4 (which
     detection needs for guards on a rank), a bias and a kernel (half the tracing)."""
-    first = _detect.default_param_shapes()
+    first = default_param_shapes()
     if jax.tree_util.tree_structure(shapes) == jax.tree_util.tree_structure(first[0]):
         return first[1]
     return shapes
@@ -100,8 +190,8 @@ def outputs(built: Any, kind: Kind, level: Level, params: Any, counts: Any) -> A
     # NumPy parameters become constants of the trace here: JAX arrays made
     # outside it would be staged by small XLA programs of their own.
     params = jax.tree_util.tree_map(jnp.asarray, params)
-    value = _detect.sum_of_squares(params)
-    return _detect.exercise(built, kind, level, params, counts[0], value)
+    value = sum_of_squares(params)
+    return exercise(built, kind, level, params, counts[0], value)
 
 
 def traced_outputs(build: Callable[[Any], Any], leaves: Any, run: Callable[[Any], Any]) -> tuple[Any, Any]:
@@ -122,6 +212,9 @@ def reference_outputs(built: Any, run: Callable[[Any], Any]) -> tuple[Any, Any]:
     return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shapes), evaluate(closed)), closed
 
 
+# --------------------------------------------------------------------------
+# What the comparison counts in both programs.
+
 # Primitives whose XLA implementation is not correctly rounded: the same
 # numbers from both sides need the same ones. JAX picks some from the *kind*
 # of a value (``x ** 2.0`` with the Python float is ``integer_pow``, with an
@@ -134,17 +227,6 @@ _APPROXIMATE = frozenset(
 
 # The key of ``approximate_ops`` for the powers whose exponent is a constant XLA specializes.
 SPECIALIZED_POW = "pow by a specialized constant"
-
-
-def _sub_jaxprs(eqn: Any) -> list[tuple[Any, Any]]:
-    """The jaxprs an equation calls (pjit, custom_jvp, cond's branches, scan's body), with their consts."""
-    out: list[tuple[Any, Any]] = []
-    for param in eqn.params.values():
-        for sub in param if isinstance(param, (tuple, list)) else (param,):
-            inner = getattr(sub, "jaxpr", sub)
-            if hasattr(inner, "eqns"):
-                out.append((inner, getattr(sub, "consts", ())))
-    return out
 
 
 def approximate_ops(closed: Any, params: Any = None) -> dict[str, Any]:
@@ -177,7 +259,7 @@ def approximate_ops(closed: Any, params: Any = None) -> dict[str, Any]:
                 exponent = eqn.invars[1]
                 value = exponent.val if is_literal(exponent) else consts.get(id(exponent))
                 exponents.append(value is not None and _specialized(value))
-            for inner, inner_consts in _sub_jaxprs(eqn):
+            for inner, inner_consts in sub_jaxprs(eqn):
                 walk(inner, dict(zip(map(id, inner.constvars), inner_consts)))
 
     # The hyperparameters' own values: the inputs (leaves) and the constants
@@ -219,7 +301,7 @@ def exponent_inputs(closed: Any) -> frozenset[int]:
             mine = empty.union(*ins)
             if eqn.primitive.name == "pow" and not is_literal(eqn.invars[1]):
                 found.update(sources.get(id(eqn.invars[1]), empty))
-            for inner, _ in _sub_jaxprs(eqn):
+            for inner, _ in sub_jaxprs(eqn):
                 if len(inner.invars) == len(eqn.invars):  # pjit, custom_jvp: position by position
                     inner_sources = {
                         id(a): sources.get(id(b), empty)
@@ -242,7 +324,7 @@ def _specialized(value: Any) -> bool:
     return x.size > 0 and bool(np.all(np.isin(x, list(SPECIALIZED_EXPONENTS))))
 
 
-def difference(reference: Any, got: Any, exact: bool = False, rtol: float = 1e-4) -> str | None:
+def where_differs(reference: Any, got: Any, exact: bool = False, rtol: float = 1e-4) -> str | None:
     """Where ``got`` differs from ``reference`` (structure, dtype, shape, value), or None."""
     # Both treedefs from tree_flatten: a node registered with keys (a chex
     # dataclass on older jax) gives other aux data through the keyed flatten.
@@ -288,221 +370,145 @@ def call_reference(info: _bind.FactoryInfo, values: dict[str, Any]) -> Any:
 
 
 # --------------------------------------------------------------------------
-# Evaluating a jaxpr with NumPy.
-#
-# Both sides of the comparison are traced to jaxprs and evaluated here, on
-# the host, one NumPy call per equation. Evaluated eagerly by JAX instead,
-# every primitive at every shape would be compiled by XLA once per process
-# (about a hundred small programs at the first wrap of adam): a cost at every
-# start, and entries in a persistent compilation cache. Primitives without a
-# rule here (PRNG, scatter, ...) are bound eagerly, as a fallback. The same
-# evaluator runs both sides, so its arithmetic cannot make them differ.
+# The comparison, and the bisection that removes a difference.
 
 
-def _binary(fn: Callable[[Any, Any], Any]) -> Callable[..., Any]:
-    return lambda x, y, **_: fn(x, y)
+class Difference(NamedTuple):
+    """How the wrapped build differs from the factory with the Python values."""
+
+    kind: Differs  # what the pipeline branches on
+    detail: str  # what differs, in words: for messages only, never compared
+
+    def __str__(self) -> str:
+        return self.detail
 
 
-def _unary(fn: Callable[[Any], Any]) -> Callable[..., Any]:
-    return lambda x, **_: fn(x)
+def compare(
+    info: _bind.FactoryInfo, classified: Classified, base: dict[str, Any], analysis: Analysis
+) -> Difference | Analysis:
+    """The wrapped build (leaves traced) against the factory with the Python values, bit for bit.
+
+    Returns the analysis verified, as a new record with what the comparison
+    learned (``exponents``), or how they differ. The object carries the host
+    values of the expressions optax computes in Python (see
+    ``_guard.Guarded.exact``), so its numbers are exactly the factory's.
+    """
+    if analysis.level is Level.BUILD:
+        return analysis  # nothing to run (the probe could not run init or a schedule)
+    spec = _spec.new_spec(info, classified, analysis)
+    # Made as the object will be (the same one compiled converter).
+    leaves, exact = _carry.leaves_and_exact(
+        spec, classified, _carry.host_values(spec, base) if spec.carried else {}
+    )
+    params = concrete_params(smaller(analysis.params))
+    counts = counts_for({n: classified.values[n] for n in classified.candidates})
+
+    def run(built: Any) -> Any:
+        return outputs(built, spec.kind, analysis.level, params, counts)
+
+    reference_jaxpr = None
+    try:
+        reference, reference_jaxpr = reference_outputs(call_reference(info, base), run)
+    except Exception as e:  # noqa: BLE001 - compared below
+        reference = e
+    try:
+        got, jaxpr = traced_outputs(lambda lv: _build.build(spec, *lv), (leaves, exact), run)
+    except Exception as e:  # noqa: BLE001 - any failure of the wrapped build is a difference
+        if isinstance(reference, Exception):
+            return analysis  # the factory fails on these stand-in parameters too: nothing to compare
+        return Difference(Differs.FAILS, f"it fails: {type(e).__name__}: {_build.first_line(str(e))}")
+    if isinstance(reference, Exception) or reference_jaxpr is None:
+        return Difference(
+            Differs.ONLY_WRAPPED_RUNS,
+            f"the factory fails with the Python values ({type(reference).__name__}) but not wrapped",
+        )
+    ops, reference_ops = (
+        approximate_ops(jaxpr, (params, counts)),
+        approximate_ops(reference_jaxpr, (params, counts)),
+    )
+    if ops != reference_ops:
+        others, reference_others = (
+            {k: v for k, v in o.items() if k != SPECIALIZED_POW} for o in (ops, reference_ops)
+        )
+        if others == reference_others:
+            return Difference(
+                Differs.SPECIALIZED_EXPONENT,
+                "it takes as a leaf an exponent XLA specializes as a constant: "
+                f"{reference_ops.get(SPECIALIZED_POW)} where it has {ops.get(SPECIALIZED_POW)}",
+            )
+        return Difference(
+            Differs.OPERATIONS, f"it computes with {ops} where the factory computes with {reference_ops}"
+        )
+    found = where_differs(reference, got, exact=True)
+    if found is not None:
+        return Difference(Differs.NUMBERS, found)
+    return dataclasses.replace(analysis, exponents=_exponent_names(spec, leaves, exponent_inputs(jaxpr)))
 
 
-def _int_div(x: Any, y: Any) -> Any:
-    if np.issubdtype(np.result_type(x), np.integer):
-        q = np.abs(x) // np.where(y == 0, 1, np.abs(y))  # XLA rounds toward zero
-        return (np.sign(x) * np.sign(y) * q).astype(np.result_type(x))
-    return np.divide(x, y)
+def _exponent_names(spec: _spec.Spec, leaves: tuple[Any, ...], positions: frozenset[int]) -> tuple[str, ...]:
+    """The dynamic arguments among the program's inputs at ``positions`` (its leaves, then ``exact``)."""
+    if not positions:
+        return ()
+    names: list[str] = []
+    at = 0
+    for name, leaf in zip(spec.leaf_names, leaves):
+        size = len(jax.tree_util.tree_leaves(leaf))
+        if spec.roles[name] == Role.DYNAMIC and any(at <= p < at + size for p in positions):
+            names.append(name)
+        at += size
+    return tuple(names)
 
 
-def _broadcast_in_dim(x: Any, shape: Any, broadcast_dimensions: Any, **_: Any) -> Any:
-    kept = [1] * len(shape)
-    for i, d in enumerate(broadcast_dimensions):
-        kept[d] = np.shape(x)[i]
-    return np.broadcast_to(np.reshape(x, kept), shape).copy()
+class Verdict(NamedTuple):
+    """What the verification of one configuration concluded (:func:`verify`)."""
+
+    # The analysis that holds: verified; or, where ``difference`` is not None,
+    # the last one tried (every candidate static, or as the probe found it).
+    analysis: Analysis
+    # None: verified. Else the first difference found, which no static
+    # candidate removes: the pipeline decides (a forced-dynamic argument's
+    # error, or the configuration degraded) by its ``kind``.
+    difference: Difference | None
+    # The candidates found static whatever their values (the ``static`` given,
+    # and those found here but for a specialized exponent, static at its value only).
+    static_for_every_value: tuple[str, ...]
 
 
-def _dot_general(x: Any, y: Any, dimension_numbers: Any, preferred_element_type: Any = None, **_: Any) -> Any:
-    (lc, rc), (lb, rb) = dimension_numbers
-    letters = iter("abcdefghijklmnopqrstuvwxyz")
-    left = [next(letters) for _ in range(np.ndim(x))]
-    right = [next(letters) for _ in range(np.ndim(y))]
-    for i, j in zip((*lc, *lb), (*rc, *rb)):
-        right[j] = left[i]
-    batch = [left[i] for i in lb]
-    free_left = [c for i, c in enumerate(left) if i not in lc and i not in lb]
-    free_right = [c for j, c in enumerate(right) if j not in rc and j not in rb]
-    out = np.einsum(f"{''.join(left)},{''.join(right)}->{''.join(batch + free_left + free_right)}", x, y)
-    return out.astype(preferred_element_type or np.result_type(x, y))
+def verify(
+    info: _bind.FactoryInfo,
+    classified: Classified,
+    base: dict[str, Any],
+    analyse: Callable[[tuple[str, ...]], Analysis],
+    static: tuple[str, ...] = (),
+) -> Verdict:
+    """Compares the probe's analysis, bisecting each difference to the candidate that must be static.
 
-
-def _select_n(which: Any, *cases: Any) -> Any:
-    if np.result_type(which) == np.bool_:
-        return np.where(which, cases[1], cases[0])
-    return np.choose(np.asarray(which, np.int32), cases)
-
-
-def _reduce(fn: Callable[..., Any]) -> Callable[..., Any]:
-    return lambda x, axes, **_: np.asarray(fn(x, axis=tuple(axes)), np.result_type(x))
-
-
-def _slice(x: Any, start_indices: Any, limit_indices: Any, strides: Any = None, **_: Any) -> Any:
-    steps = strides or (1,) * len(start_indices)
-    return x[tuple(slice(a, b, c) for a, b, c in zip(start_indices, limit_indices, steps))]
-
-
-_RULES: dict[str, Callable[..., Any]] = {
-    "add": _binary(np.add),
-    "sub": _binary(np.subtract),
-    "mul": _binary(np.multiply),
-    "div": _binary(_int_div),
-    "rem": _binary(np.fmod),
-    "pow": _binary(np.power),
-    "max": _binary(np.maximum),
-    "min": _binary(np.minimum),
-    "atan2": _binary(np.arctan2),
-    "nextafter": _binary(np.nextafter),
-    "eq": _binary(np.equal),
-    "ne": _binary(np.not_equal),
-    "lt": _binary(np.less),
-    "le": _binary(np.less_equal),
-    "gt": _binary(np.greater),
-    "ge": _binary(np.greater_equal),
-    "and": _binary(np.bitwise_and),
-    "or": _binary(np.bitwise_or),
-    "xor": _binary(np.bitwise_xor),
-    "not": _unary(np.invert),
-    "shift_left": _binary(np.left_shift),
-    "shift_right_arithmetic": _binary(np.right_shift),  # arithmetic on signed integers, as XLA's
-    "bitcast_convert_type": lambda x, new_dtype, **_: np.asarray(x).view(new_dtype),
-    "neg": _unary(np.negative),
-    "sign": _unary(np.sign),
-    "abs": _unary(np.abs),
-    "floor": _unary(np.floor),
-    "ceil": _unary(np.ceil),
-    "sqrt": _unary(np.sqrt),
-    "rsqrt": _unary(lambda x: np.asarray(1, np.result_type(x)) / np.sqrt(x)),
-    "square": _unary(np.square),
-    "exp": _unary(np.exp),
-    "exp2": _unary(np.exp2),
-    "log": _unary(np.log),
-    "log1p": _unary(np.log1p),
-    "expm1": _unary(np.expm1),
-    "tanh": _unary(np.tanh),
-    "sin": _unary(np.sin),
-    "cos": _unary(np.cos),
-    "is_finite": _unary(np.isfinite),
-    "logistic": _unary(lambda x: np.asarray(1, np.result_type(x)) / (1 + np.exp(-x))),
-    "copy": _unary(np.copy),
-    "copy_p": _unary(np.copy),
-    "stop_gradient": _unary(lambda x: x),
-    "integer_pow": lambda x, y, **_: (
-        np.power(x, np.asarray(y, np.result_type(x))) if y >= 0 else 1 / x ** (-y)
-    ),
-    "convert_element_type": lambda x, new_dtype, **_: np.asarray(x).astype(new_dtype),
-    "broadcast_in_dim": _broadcast_in_dim,
-    "reshape": lambda x, new_sizes, **_: np.reshape(x, new_sizes),
-    "squeeze": lambda x, dimensions, **_: np.squeeze(x, tuple(dimensions)),
-    "expand_dims": lambda x, dimensions, **_: np.expand_dims(x, tuple(dimensions)),
-    "transpose": lambda x, permutation, **_: np.transpose(x, permutation),
-    "reduce_sum": _reduce(np.sum),
-    "reduce_max": _reduce(np.max),
-    "reduce_min": _reduce(np.min),
-    "reduce_prod": _reduce(np.prod),
-    "reduce_and": _reduce(np.all),
-    "reduce_or": _reduce(np.any),
-    "dot_general": _dot_general,
-    "select_n": lambda which, *cases, **_: _select_n(which, *cases),
-    "clamp": lambda lo, x, hi, **_: np.clip(x, lo, hi),
-    "slice": _slice,
-    "concatenate": lambda *xs, dimension, **_: np.concatenate(xs, axis=dimension),
-}
-
-
-def evaluate(closed: Any, *args: Any) -> list[Any]:
-    """The outputs of a closed jaxpr for ``args``, computed with NumPy (see above)."""
-    with np.errstate(all="ignore"):
-        return _evaluate(closed.jaxpr, list(closed.consts), list(args))
-
-
-def _value(x: Any) -> Any:
-    if isinstance(x, jax.Array) and not jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
-        return np.asarray(x)
-    return x
-
-
-def _evaluate(jaxpr: Any, consts: list[Any], args: list[Any]) -> list[Any]:
-    env: dict[Any, Any] = {}
-
-    def read(v: Any) -> Any:
-        if is_literal(v):
-            return np.asarray(v.val, v.aval.dtype) if hasattr(v.aval, "dtype") else v.val
-        return env[v]
-
-    for v, x in zip(jaxpr.constvars, consts):
-        env[v] = _value(x)
-    for v, x in zip(jaxpr.invars, args):
-        env[v] = _value(x)
-    for eqn in jaxpr.eqns:
-        inputs = [read(v) for v in eqn.invars]
-        outputs = _apply(eqn, inputs)
-        for v, x in zip(eqn.outvars, outputs):
-            env[v] = x
-    return [read(v) for v in jaxpr.outvars]
-
-
-def _apply(eqn: Any, inputs: list[Any]) -> list[Any]:
-    name, params = eqn.primitive.name, eqn.params
-    rule = _RULES.get(name)
-    if rule is not None and not any(_is_key(x) for x in inputs):
-        out = rule(*inputs, **params)
-        dtype = eqn.outvars[0].aval.dtype
-        return [np.asarray(out).astype(dtype, copy=False)]
-    sub = params.get("jaxpr") if name in INLINED else None
-    if sub is None and name.startswith("custom_"):
-        sub = params.get("call_jaxpr") or params.get("fun_jaxpr")
-    if sub is not None and hasattr(sub, "jaxpr"):
-        return _evaluate(sub.jaxpr, list(sub.consts), inputs)
-    if name == "cond":
-        index, operands = inputs[0], inputs[1:]
-        branch = params["branches"][int(np.clip(np.asarray(index), 0, len(params["branches"]) - 1))]
-        return _evaluate(branch.jaxpr, list(branch.consts), operands)
-    if name == "while":
-        return _while(params, inputs)
-    if name == "scan":  # with NumPy too: a loop of a static length is a scan, of a traced one a while
-        return _scan(eqn, inputs)
-    # Anything else: JAX's own implementation, eagerly.
-    args = [jnp.asarray(x) if isinstance(x, (np.ndarray, np.generic)) else x for x in inputs]
-    out = bind(eqn, args)
-    return [_value(x) for x in (out if eqn.primitive.multiple_results else [out])]
-
-
-def _is_key(x: Any) -> bool:
-    return isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
-
-
-def _scan(eqn: Any, inputs: list[Any]) -> list[Any]:
-    params = eqn.params
-    nc, ncarry, body = params["num_consts"], params["num_carry"], params["jaxpr"]
-    consts, carry, xs = inputs[:nc], inputs[nc : nc + ncarry], inputs[nc + ncarry :]
-    steps = range(params["length"])
-    ys: list[list[Any]] = []
-    for i in reversed(steps) if params["reverse"] else steps:
-        out = _evaluate(body.jaxpr, list(body.consts), [*consts, *carry, *(x[i] for x in xs)])
-        carry = out[:ncarry]
-        ys.append(out[ncarry:])
-    if params["reverse"]:
-        ys.reverse()
-    stacked = [
-        np.stack([y[j] for y in ys]) if ys else np.zeros(v.aval.shape, v.aval.dtype)
-        for j, v in enumerate(eqn.outvars[ncarry:])
-    ]
-    return [*carry, *stacked]
-
-
-def _while(params: Any, inputs: list[Any]) -> list[Any]:
-    nc, nb = params["cond_nconsts"], params["body_nconsts"]
-    cond, body = params["cond_jaxpr"], params["body_jaxpr"]
-    cond_consts, body_consts, carry = inputs[:nc], inputs[nc : nc + nb], inputs[nc + nb :]
-    while bool(_evaluate(cond.jaxpr, list(cond.consts), [*cond_consts, *carry])[0]):
-        carry = _evaluate(body.jaxpr, list(body.consts), [*body_consts, *carry])
-    return carry
+    ``analyse(names)``: the probe's analysis with ``names`` static. ``static``:
+    candidates already known static for every value (a later analysis of the
+    configuration starts with them).
+    """
+    fixed = always = static
+    analysis = analyse(fixed)
+    while True:
+        found = compare(info, classified, base, analysis)
+        if not isinstance(found, Difference):
+            return Verdict(found, None, always)
+        order = [n for n in classified.candidates if n not in analysis.static_names]
+        # Bisection: the shortest prefix of ``order`` that, made static, removes the difference.
+        lo, hi = 0, len(order)
+        last = analyse((*fixed, *order)) if order else analysis
+        if not order or isinstance(compare(info, classified, base, last), Difference):
+            return Verdict(last, found, always)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            trial = analyse((*fixed, *order[:mid]))
+            if isinstance(compare(info, classified, base, trial), Difference):
+                lo = mid
+            else:
+                hi, last = mid, trial
+        fixed = (*fixed, order[hi - 1])
+        if found.kind is not Differs.SPECIALIZED_EXPONENT:
+            # Static for every value. A specialized exponent is static at its
+            # value only (``Analysis.exponents``).
+            always = (*always, order[hi - 1])
+        analysis = analyse(fixed) if hi > 1 else last

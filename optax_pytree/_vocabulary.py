@@ -85,4 +85,17 @@ class Level(enum.Enum):
     BUILD = "construction only"  # nothing to run: the factory's call alone
 
 
-__all__ = ["Kind", "Level", "Mode", "Phase", "Role"]
+class Differs(enum.Enum):
+    """How the wrapped build differs from the factory with the Python values (``_verify.Difference``).
+
+    The pipeline branches on these, never on a message's words.
+    """
+
+    FAILS = enum.auto()  # the wrapped build raises where the factory runs
+    ONLY_WRAPPED_RUNS = enum.auto()  # the factory raises with the Python values, the wrapped build runs
+    SPECIALIZED_EXPONENT = enum.auto()  # a leaf is a power's exponent plain optax has as 2.0, 0.5, ...
+    OPERATIONS = enum.auto()  # other not-correctly-rounded operations (exp, pow, ...)
+    NUMBERS = enum.auto()  # another structure, dtype, shape or value
+
+
+__all__ = ["Differs", "Kind", "Level", "Mode", "Phase", "Role"]

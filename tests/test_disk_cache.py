@@ -181,11 +181,13 @@ def test_a_fault_planted_in_optax_pytree_is_not_masked(tmp_path: Path) -> None:
     # tests/test_real_programs.py's planted difference, with the analysis on disk.
     script = """
     import warnings
-    from optax_pytree import _pipeline
+    from optax_pytree import _verify
+    from optax_pytree._vocabulary import Differs
 
     if %r:
-        real = _pipeline._difference
-        _pipeline._difference = lambda info, *a: "planted" if info.name == "optax.adam" else real(info, *a)
+        real = _verify.compare
+        planted = _verify.Difference(Differs.NUMBERS, "planted")
+        _verify.compare = lambda info, *a: planted if info.name == "optax.adam" else real(info, *a)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         tx = opx.wrap(optax.adam, 1e-3)

@@ -263,15 +263,18 @@ def _accumulating(optax: Any, peak: float) -> Any:
 def test_a_failure_of_the_mechanism_degrades_to_static_with_one_warning(
     plant: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from optax_pytree import _detect, _pipeline
+    from optax_pytree import _detect, _verify
+    from optax_pytree._vocabulary import Differs
 
     if plant == "difference":  # the verification finds a difference no argument explains
-        real = _pipeline._difference  # pyright: ignore[reportPrivateUsage]
+        real = _verify.compare
 
         def planted(info: Any, *args: Any) -> Any:
-            return "planted" if info.name == "optax.MultiSteps" else real(info, *args)
+            if info.name == "optax.MultiSteps":
+                return _verify.Difference(Differs.NUMBERS, "planted")
+            return real(info, *args)
 
-        monkeypatch.setattr(_pipeline, "_difference", planted)
+        monkeypatch.setattr(_verify, "compare", planted)
     else:  # the analysis itself raises
         real_analyse = _detect.analyse
 

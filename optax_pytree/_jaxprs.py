@@ -1,0 +1,405 @@
+"""Analyse and build under jit: a jaxpr interpreted again, with NumPy or with XLA's rewrites of constants.
+
+Two interpreters of one closed jaxpr, and what they share (:func:`bind`,
+:func:`is_literal`, :func:`sub_jaxprs`):
+
+- :func:`evaluate`, **with NumPy** (the verification, ``_verify``): both
+  sides of its comparison are traced to jaxprs and evaluated on the host,
+  one NumPy call per equation. Evaluated eagerly by JAX instead, every
+  primitive at every shape would be compiled by XLA once per process (about
+  a hundred small programs at the first wrap of adam): a cost at every
+  start, and entries in a persistent compilation cache. Primitives without
+  a rule here (PRNG, scatter, ...) are bound eagerly, as a fallback. The
+  same evaluator runs both sides, so its arithmetic cannot make them differ.
+
+- :func:`call`, **with XLA's rewrites of constants** (a wrapped object's
+  ``init``, ``update`` and schedule calls, ``_core`` and ``_tree``). Plain
+  optax inside ``jax.jit`` has its hyperparameters as constants of the
+  program, and XLA's algebraic simplifier rewrites a floating-point division
+  by a constant, ``x / c``, into a multiplication by its reciprocal,
+  ``x * (1 / c)``, the reciprocal rounded once, and folds ``(x * c1) * c2``
+  into ``x * (c1 * c2)``. A wrapped object's hyperparameters are arguments
+  of the program (that is the point: one compilation for every value), which
+  XLA does not rewrite so: a scalar division by an argument stays a division
+  (measured on CPU: a cosine schedule's ``pi * count / decay_steps`` differs
+  in the last bit at 11 of 45 counts; a vectorized one may already multiply
+  by the reciprocal, which the rewrite then matches). So, where a wrapped
+  object's leaves are traced, the call is traced to a jaxpr with the leaves
+  as inputs and evaluated again with those rewrites done where XLA would
+  have done them: on every floating-point division whose divisor is
+  computed from the leaves (and literals) alone, and whose dividend is not,
+  and on every product of such a product with such a value (a value of the
+  leaves alone is folded by XLA, correctly rounded, in the plain program).
+  Nested ``jit`` calls are inlined (XLA inlines them too); other
+  sub-programs (``scan``, ``cond``, custom derivatives) are bound as they
+  are. Eagerly, or with the object closed over (its leaves constants again),
+  nothing is rewritten: the plain program is not rewritten either.
+"""
+
+from __future__ import annotations
+
+# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
+import os
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from ._leaves import is_key, is_tracer
+
+# --------------------------------------------------------------------------
+# Reading a jaxpr.
+
+# Calls of a sub-program that XLA inlines (a nested jit).
+INLINED = frozenset(("pjit", "jit", "closed_call", "core_call"))
+
+
+def bind(eqn: Any, inputs: list[Any]) -> Any:
+    """The equation's primitive applied to ``inputs``, as ``jax.core.eval_jaxpr`` applies it."""
+    params = eqn.primitive.get_bind_params(eqn.params)
+    subfuns: Any = ()
+    if isinstance(params, tuple):  # jax < 0.7: (sub-functions, parameters)
+        subfuns, params = params
+    manager = getattr(getattr(eqn, "ctx", None), "manager", None)
+    if manager is None:
+        return eqn.primitive.bind(*subfuns, *inputs, **params)
+    with manager:
+        return eqn.primitive.bind(*subfuns, *inputs, **params)
+
+
+def is_literal(v: Any) -> bool:
+    """A constant written into a jaxpr (not a variable)."""
+    return type(v).__name__ == "Literal"
+
+
+def sub_jaxprs(eqn: Any) -> list[tuple[Any, Any]]:
+    """The jaxprs an equation calls (pjit, custom_jvp, cond's branches, scan's body), with their consts."""
+    out: list[tuple[Any, Any]] = []
+    for param in eqn.params.values():
+        for sub in param if isinstance(param, (tuple, list)) else (param,):
+            inner = getattr(sub, "jaxpr", sub)
+            if hasattr(inner, "eqns"):
+                out.append((inner, getattr(sub, "consts", ())))
+    return out
+
+
+# --------------------------------------------------------------------------
+# With XLA's rewrites of constants (build under jit).
+
+
+def _xla_simplifies() -> bool:
+    """Whether XLA's algebraic simplifier runs (``XLA_FLAGS`` can disable it: then neither do we)."""
+    for flag in os.environ.get("XLA_FLAGS", "").split():
+        name, _, value = flag.partition("=")
+        if name == "--xla_disable_hlo_passes" and "algsimp" in value.split(","):
+            return False
+    return True
+
+
+_REWRITE = _xla_simplifies()
+
+
+def call(fn: Callable[..., Any], hyper: Any, *args: Any, **kwargs: Any) -> Any:
+    """``fn(hyper, *args, **kwargs)``, dividing by values of ``hyper`` alone as by constants."""
+    hyper_flat, hyper_tree = jax.tree_util.tree_flatten(hyper)
+    if not _REWRITE or not any(is_tracer(x) for x in hyper_flat):
+        return fn(hyper, *args, **kwargs)
+    flat, tree = jax.tree_util.tree_flatten((args, kwargs))
+    # Arrays are inputs of the jaxpr; anything else (a loss function given
+    # to a line search) is passed through as it is.
+    where = [i for i, x in enumerate(flat) if _is_array(x)]
+    n = len(hyper_flat)
+
+    def traced(*xs: Any) -> Any:
+        h = jax.tree_util.tree_unflatten(hyper_tree, list(xs[:n]))
+        rest = list(flat)
+        for i, x in zip(where, xs[n:]):
+            rest[i] = x
+        a, k = jax.tree_util.tree_unflatten(tree, rest)
+        return fn(h, *a, **k)
+
+    inputs = [*hyper_flat, *(flat[i] for i in where)]
+    try:
+        closed, shapes = jax.make_jaxpr(traced, return_shape=True)(*inputs)
+    except TypeError:  # an output that is not an array: as it is
+        return fn(hyper, *args, **kwargs)
+    out_tree = jax.tree_util.tree_structure(shapes)
+    derived = [True] * n + [False] * len(where)
+    outs, _ = _rewritten(closed.jaxpr, closed.consts, inputs, derived)
+    return jax.tree_util.tree_unflatten(out_tree, outs)
+
+
+def _is_array(x: Any) -> bool:
+    return isinstance(x, (jax.Array, int, float, complex)) or hasattr(x, "__array__")
+
+
+def _rewritten(
+    jaxpr: Any, consts: list[Any], args: list[Any], derived_in: list[bool]
+) -> tuple[list[Any], list[bool]]:
+    """The outputs of ``jaxpr``, and which are values of the hyperparameters alone."""
+    env: dict[Any, Any] = {}
+    derived: set[Any] = set()
+
+    def read(v: Any) -> Any:
+        return v.val if is_literal(v) else env[v]
+
+    def is_derived(v: Any) -> bool:
+        return is_literal(v) or v in derived
+
+    for v, x in zip(jaxpr.constvars, consts):
+        env[v] = x
+        if not is_tracer(x):  # a constant of the program, in the plain one too
+            derived.add(v)
+    for v, x, d in zip(jaxpr.invars, args, derived_in):
+        env[v] = x
+        if d:
+            derived.add(v)
+    # A product of a value and a constant, as (value, constant): XLA
+    # reassociates ``(A * C1) * C2`` into ``A * (C1 * C2)``.
+    products: dict[Any, tuple[Any, Any]] = {}
+    for eqn in jaxpr.eqns:
+        inputs = [read(v) for v in eqn.invars]
+        flags = [is_derived(v) for v in eqn.invars]
+        name = eqn.primitive.name
+        is_float = _is_float(eqn.outvars[0].aval.dtype) if eqn.outvars else False
+        if is_float and name in ("div", "mul") and flags[1] != flags[0] and (name == "mul" or flags[1]):
+            if name == "div":  # A / C => A * (1 / C)
+                value, constant = inputs[0], lax.div(jnp.ones_like(inputs[1]), inputs[1])
+                inner = products.get(eqn.invars[0]) if not is_literal(eqn.invars[0]) else None
+            else:
+                i = 0 if flags[1] else 1  # the operand that is not a constant
+                value, constant = inputs[i], inputs[1 - i]
+                inner = products.get(eqn.invars[i]) if not is_literal(eqn.invars[i]) else None
+            if inner is not None:  # (A * C1) * C2 => A * (C1 * C2)
+                value, constant = inner[0], lax.mul(inner[1], constant)
+            outputs = [lax.mul(value, constant)]
+            products[eqn.outvars[0]] = (value, constant)
+            out_flags = [False]
+        elif name in INLINED and "jaxpr" in eqn.params:
+            inner = eqn.params["jaxpr"]
+            outputs, out_flags = _rewritten(inner.jaxpr, list(inner.consts), inputs, flags)
+        else:
+            out = bind(eqn, inputs)
+            outputs = list(out) if eqn.primitive.multiple_results else [out]
+            out_flags = [all(flags) and not eqn.effects] * len(outputs)
+        for v, x, d in zip(eqn.outvars, outputs, out_flags):
+            env[v] = x
+            if d:
+                derived.add(v)
+    return [read(v) for v in jaxpr.outvars], [is_derived(v) for v in jaxpr.outvars]
+
+
+def _is_float(dtype: Any) -> bool:
+    return jnp.issubdtype(dtype, jnp.floating)
+
+
+# --------------------------------------------------------------------------
+# With NumPy (the verification).
+
+
+def _binary(fn: Callable[[Any, Any], Any]) -> Callable[..., Any]:
+    return lambda x, y, **_: fn(x, y)
+
+
+def _unary(fn: Callable[[Any], Any]) -> Callable[..., Any]:
+    return lambda x, **_: fn(x)
+
+
+def _int_div(x: Any, y: Any) -> Any:
+    if np.issubdtype(np.result_type(x), np.integer):
+        q = np.abs(x) // np.where(y == 0, 1, np.abs(y))  # XLA rounds toward zero
+        return (np.sign(x) * np.sign(y) * q).astype(np.result_type(x))
+    return np.divide(x, y)
+
+
+def _broadcast_in_dim(x: Any, shape: Any, broadcast_dimensions: Any, **_: Any) -> Any:
+    kept = [1] * len(shape)
+    for i, d in enumerate(broadcast_dimensions):
+        kept[d] = np.shape(x)[i]
+    return np.broadcast_to(np.reshape(x, kept), shape).copy()
+
+
+def _dot_general(x: Any, y: Any, dimension_numbers: Any, preferred_element_type: Any = None, **_: Any) -> Any:
+    (lc, rc), (lb, rb) = dimension_numbers
+    letters = iter("abcdefghijklmnopqrstuvwxyz")
+    left = [next(letters) for _ in range(np.ndim(x))]
+    right = [next(letters) for _ in range(np.ndim(y))]
+    for i, j in zip((*lc, *lb), (*rc, *rb)):
+        right[j] = left[i]
+    batch = [left[i] for i in lb]
+    free_left = [c for i, c in enumerate(left) if i not in lc and i not in lb]
+    free_right = [c for j, c in enumerate(right) if j not in rc and j not in rb]
+    out = np.einsum(f"{''.join(left)},{''.join(right)}->{''.join(batch + free_left + free_right)}", x, y)
+    return out.astype(preferred_element_type or np.result_type(x, y))
+
+
+def _select_n(which: Any, *cases: Any) -> Any:
+    if np.result_type(which) == np.bool_:
+        return np.where(which, cases[1], cases[0])
+    return np.choose(np.asarray(which, np.int32), cases)
+
+
+def _reduce(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return lambda x, axes, **_: np.asarray(fn(x, axis=tuple(axes)), np.result_type(x))
+
+
+def _slice(x: Any, start_indices: Any, limit_indices: Any, strides: Any = None, **_: Any) -> Any:
+    steps = strides or (1,) * len(start_indices)
+    return x[tuple(slice(a, b, c) for a, b, c in zip(start_indices, limit_indices, steps))]
+
+
+_RULES: dict[str, Callable[..., Any]] = {
+    "add": _binary(np.add),
+    "sub": _binary(np.subtract),
+    "mul": _binary(np.multiply),
+    "div": _binary(_int_div),
+    "rem": _binary(np.fmod),
+    "pow": _binary(np.power),
+    "max": _binary(np.maximum),
+    "min": _binary(np.minimum),
+    "atan2": _binary(np.arctan2),
+    "nextafter": _binary(np.nextafter),
+    "eq": _binary(np.equal),
+    "ne": _binary(np.not_equal),
+    "lt": _binary(np.less),
+    "le": _binary(np.less_equal),
+    "gt": _binary(np.greater),
+    "ge": _binary(np.greater_equal),
+    "and": _binary(np.bitwise_and),
+    "or": _binary(np.bitwise_or),
+    "xor": _binary(np.bitwise_xor),
+    "not": _unary(np.invert),
+    "shift_left": _binary(np.left_shift),
+    "shift_right_arithmetic": _binary(np.right_shift),  # arithmetic on signed integers, as XLA's
+    "bitcast_convert_type": lambda x, new_dtype, **_: np.asarray(x).view(new_dtype),
+    "neg": _unary(np.negative),
+    "sign": _unary(np.sign),
+    "abs": _unary(np.abs),
+    "floor": _unary(np.floor),
+    "ceil": _unary(np.ceil),
+    "sqrt": _unary(np.sqrt),
+    "rsqrt": _unary(lambda x: np.asarray(1, np.result_type(x)) / np.sqrt(x)),
+    "square": _unary(np.square),
+    "exp": _unary(np.exp),
+    "exp2": _unary(np.exp2),
+    "log": _unary(np.log),
+    "log1p": _unary(np.log1p),
+    "expm1": _unary(np.expm1),
+    "tanh": _unary(np.tanh),
+    "sin": _unary(np.sin),
+    "cos": _unary(np.cos),
+    "is_finite": _unary(np.isfinite),
+    "logistic": _unary(lambda x: np.asarray(1, np.result_type(x)) / (1 + np.exp(-x))),
+    "copy": _unary(np.copy),
+    "copy_p": _unary(np.copy),
+    "stop_gradient": _unary(lambda x: x),
+    "integer_pow": lambda x, y, **_: (
+        np.power(x, np.asarray(y, np.result_type(x))) if y >= 0 else 1 / x ** (-y)
+    ),
+    "convert_element_type": lambda x, new_dtype, **_: np.asarray(x).astype(new_dtype),
+    "broadcast_in_dim": _broadcast_in_dim,
+    "reshape": lambda x, new_sizes, **_: np.reshape(x, new_sizes),
+    "squeeze": lambda x, dimensions, **_: np.squeeze(x, tuple(dimensions)),
+    "expand_dims": lambda x, dimensions, **_: np.expand_dims(x, tuple(dimensions)),
+    "transpose": lambda x, permutation, **_: np.transpose(x, permutation),
+    "reduce_sum": _reduce(np.sum),
+    "reduce_max": _reduce(np.max),
+    "reduce_min": _reduce(np.min),
+    "reduce_prod": _reduce(np.prod),
+    "reduce_and": _reduce(np.all),
+    "reduce_or": _reduce(np.any),
+    "dot_general": _dot_general,
+    "select_n": lambda which, *cases, **_: _select_n(which, *cases),
+    "clamp": lambda lo, x, hi, **_: np.clip(x, lo, hi),
+    "slice": _slice,
+    "concatenate": lambda *xs, dimension, **_: np.concatenate(xs, axis=dimension),
+}
+
+
+def evaluate(closed: Any, *args: Any) -> list[Any]:
+    """The outputs of a closed jaxpr for ``args``, computed with NumPy (see above)."""
+    with np.errstate(all="ignore"):
+        return _evaluate(closed.jaxpr, list(closed.consts), list(args))
+
+
+def _value(x: Any) -> Any:
+    if isinstance(x, jax.Array) and not jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
+        return np.asarray(x)
+    return x
+
+
+def _evaluate(jaxpr: Any, consts: list[Any], args: list[Any]) -> list[Any]:
+    env: dict[Any, Any] = {}
+
+    def read(v: Any) -> Any:
+        if is_literal(v):
+            return np.asarray(v.val, v.aval.dtype) if hasattr(v.aval, "dtype") else v.val
+        return env[v]
+
+    for v, x in zip(jaxpr.constvars, consts):
+        env[v] = _value(x)
+    for v, x in zip(jaxpr.invars, args):
+        env[v] = _value(x)
+    for eqn in jaxpr.eqns:
+        inputs = [read(v) for v in eqn.invars]
+        outputs = _apply(eqn, inputs)
+        for v, x in zip(eqn.outvars, outputs):
+            env[v] = x
+    return [read(v) for v in jaxpr.outvars]
+
+
+def _apply(eqn: Any, inputs: list[Any]) -> list[Any]:
+    name, params = eqn.primitive.name, eqn.params
+    rule = _RULES.get(name)
+    if rule is not None and not any(is_key(x) for x in inputs):
+        out = rule(*inputs, **params)
+        dtype = eqn.outvars[0].aval.dtype
+        return [np.asarray(out).astype(dtype, copy=False)]
+    sub = params.get("jaxpr") if name in INLINED else None
+    if sub is None and name.startswith("custom_"):
+        sub = params.get("call_jaxpr") or params.get("fun_jaxpr")
+    if sub is not None and hasattr(sub, "jaxpr"):
+        return _evaluate(sub.jaxpr, list(sub.consts), inputs)
+    if name == "cond":
+        index, operands = inputs[0], inputs[1:]
+        branch = params["branches"][int(np.clip(np.asarray(index), 0, len(params["branches"]) - 1))]
+        return _evaluate(branch.jaxpr, list(branch.consts), operands)
+    if name == "while":
+        return _while(params, inputs)
+    if name == "scan":  # with NumPy too: a loop of a static length is a scan, of a traced one a while
+        return _scan(eqn, inputs)
+    # Anything else: JAX's own implementation, eagerly.
+    args = [jnp.asarray(x) if isinstance(x, (np.ndarray, np.generic)) else x for x in inputs]
+    out = bind(eqn, args)
+    return [_value(x) for x in (out if eqn.primitive.multiple_results else [out])]
+
+
+def _scan(eqn: Any, inputs: list[Any]) -> list[Any]:
+    params = eqn.params
+    nc, ncarry, body = params["num_consts"], params["num_carry"], params["jaxpr"]
+    consts, carry, xs = inputs[:nc], inputs[nc : nc + ncarry], inputs[nc + ncarry :]
+    steps = range(params["length"])
+    ys: list[list[Any]] = []
+    for i in reversed(steps) if params["reverse"] else steps:
+        out = _evaluate(body.jaxpr, list(body.consts), [*consts, *carry, *(x[i] for x in xs)])
+        carry = out[:ncarry]
+        ys.append(out[ncarry:])
+    if params["reverse"]:
+        ys.reverse()
+    stacked = [
+        np.stack([y[j] for y in ys]) if ys else np.zeros(v.aval.shape, v.aval.dtype)
+        for j, v in enumerate(eqn.outvars[ncarry:])
+    ]
+    return [*carry, *stacked]
+
+
+def _while(params: Any, inputs: list[Any]) -> list[Any]:
+    nc, nb = params["cond_nconsts"], params["body_nconsts"]
+    cond, body = params["cond_jaxpr"], params["body_jaxpr"]
+    cond_consts, body_consts, carry = inputs[:nc], inputs[nc : nc + nb], inputs[nc + nb :]
+    while bool(_evaluate(cond.jaxpr, list(cond.consts), [*cond_consts, *carry])[0]):
+        carry = _evaluate(body.jaxpr, list(body.consts), [*body_consts, *carry])
+    return carry
