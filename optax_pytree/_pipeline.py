@@ -272,8 +272,8 @@ def _find_analysis(
     except Exception as e:  # noqa: BLE001 - a failure of the mechanism itself: degrade, never refuse
         why = f"optax_pytree's analysis of it failed ({type(e).__name__}: {_build.first_line(str(e))})"
         return Degraded(_not_static(classified), why)
-    if isinstance(analysis, Degraded):
-        return analysis
+    if not isinstance(analysis, Analysis):
+        return analysis  # Degraded
     _spec.remember(classified.analysis_key, analysis)
     if name is not None:
         _disk.store(name, analysis)
@@ -441,8 +441,8 @@ def _make(
         kind, result = _call_factory(info, classified, base, tolerant=traced)
     if spec is None:
         analysis = _find_analysis(info, classified, previous, base, kind)
-        if isinstance(analysis, Degraded):
-            return analysis
+        if not isinstance(analysis, Analysis):
+            return analysis  # Degraded
         degraded = _check_leaves(info, classified, analysis)
         if degraded is not None:
             return degraded

@@ -491,21 +491,21 @@ def verify(
     analysis = analyse(fixed)
     while True:
         found = compare(info, classified, base, analysis)
-        if not isinstance(found, Difference):
+        if isinstance(found, Analysis):
             return Verdict(found, None, always)
         order = [n for n in classified.candidates if n not in analysis.static_names]
         # Bisection: the shortest prefix of ``order`` that, made static, removes the difference.
         lo, hi = 0, len(order)
         last = analyse((*fixed, *order)) if order else analysis
-        if not order or isinstance(compare(info, classified, base, last), Difference):
+        if not order or not isinstance(compare(info, classified, base, last), Analysis):
             return Verdict(last, found, always)
         while hi - lo > 1:
             mid = (lo + hi) // 2
             trial = analyse((*fixed, *order[:mid]))
-            if isinstance(compare(info, classified, base, trial), Difference):
-                lo = mid
-            else:
+            if isinstance(compare(info, classified, base, trial), Analysis):
                 hi, last = mid, trial
+            else:
+                lo = mid
         fixed = (*fixed, order[hi - 1])
         if found.kind is not Differs.SPECIALIZED_EXPONENT:
             # Static for every value. A specialized exponent is static at its
