@@ -11,17 +11,22 @@ or (from Python numbers, the common case) the pending ones made at first use
 from __future__ import annotations
 
 # pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
-from typing import Any
+from typing import Any, TypeAlias
 
 import jax
 import numpy as np
 
 from . import _build, _expr, _leaves, _spec
 from ._classify import Classified
+from ._core import Kept
 from ._vocabulary import Role
 
+# Each carried expression (``1 - b2``) -> its host value for the values given: a Python number
+# (Python's precision and integers), a NumPy array for a batch, traced in a ``replace`` inside jit.
+HostValues: TypeAlias = dict[_expr.Expr, Any]
 
-def host_values(spec: _spec.Spec, base: dict[str, Any], kept: Any = None) -> dict[Any, Any]:
+
+def host_values(spec: _spec.Spec, base: dict[str, Any], kept: Kept = None) -> HostValues:
     """Expression -> its host value for the values given (Python's precision and integers).
 
     With traced values (a ``replace`` inside ``jit``), traced: the float32
@@ -37,7 +42,7 @@ def host_values(spec: _spec.Spec, base: dict[str, Any], kept: Any = None) -> dic
         return {e: previous[e] if e in previous else _expr.evaluate(e, env) for e in spec.carried}
 
 
-def _carried_values(spec: _spec.Spec, hosts: dict[Any, Any], leaves: tuple[Any, ...]) -> Any:
+def _carried_values(spec: _spec.Spec, hosts: HostValues, leaves: _leaves.Leaves) -> _leaves.Exact:
     """The object's ``exact`` child (a scalar leaf per expression, then the fingerprint), in general."""
     of = [leaves[spec.leaf_index[n]] for n in spec.carried_names]
     return _leaves.exact_child([hosts[e] for e in spec.carried], of, spec.carried_dtypes)
@@ -48,7 +53,7 @@ def _host(x: Any) -> Any:
     return np.asarray(x) if isinstance(x, jax.Array) and not _leaves.is_tracer(x) else x
 
 
-def _kept_values(kept: Any, spec: _spec.Spec) -> dict[Any, Any]:
+def _kept_values(kept: Kept, spec: _spec.Spec) -> HostValues:
     """Expression -> the carried host value of the replaced object, for unchanged arguments.
 
     Only from an object that is not stale (its fingerprint matches its leaves).
@@ -58,7 +63,7 @@ def _kept_values(kept: Any, spec: _spec.Spec) -> dict[Any, Any]:
     core, changed = kept
     if core.exact is None or _build.fresh(core.spec, core.leaves, core.exact) is not True:
         return {}
-    out = {}
+    out: HostValues = {}
     old_values = _leaves.exact_values(core.exact, core.spec.carried_dtypes)
     for expr in core.spec.carried:
         if expr in spec.carried_index and not _expr.names_in(expr) & changed:
@@ -67,14 +72,14 @@ def _kept_values(kept: Any, spec: _spec.Spec) -> dict[Any, Any]:
     return out
 
 
-def _leaf_values(spec: _spec.Spec, classified: Classified) -> tuple[Any, ...]:
+def _leaf_values(spec: _spec.Spec, classified: Classified) -> _leaves.Leaves:
     values = classified.values
     dynamic = [n for n, r in spec.roles.items() if r == Role.DYNAMIC]
     converted = _leaves.to_leaves({n: values[n] for n in dynamic}) if dynamic else {}
     return tuple(converted[n] if n in converted else values[n] for n in spec.leaf_names)
 
 
-def pending(spec: _spec.Spec, classified: Classified, hosts: dict[Any, Any]) -> _leaves.Pending | None:
+def pending(spec: _spec.Spec, classified: Classified, hosts: HostValues) -> _leaves.Pending | None:
     """The pending leaves of the common case (Python numbers), else None (made now)."""
     dynamic = spec.dynamic_names
     if not dynamic:
@@ -91,7 +96,9 @@ def pending(spec: _spec.Spec, classified: Classified, hosts: dict[Any, Any]) -> 
     return _leaves.Pending(spec, numbers, carried, {n: values[n] for n in spec.child_names})
 
 
-def leaves_and_exact(spec: _spec.Spec, classified: Classified, hosts: dict[Any, Any]) -> tuple[Any, Any]:
+def leaves_and_exact(
+    spec: _spec.Spec, classified: Classified, hosts: HostValues
+) -> tuple[_leaves.Leaves, _leaves.Exact]:
     """The object's leaves and its ``exact`` child (None where nothing is carried)."""
     if not spec.carried:
         return _leaf_values(spec, classified), None

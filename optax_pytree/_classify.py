@@ -26,7 +26,7 @@ import types
 import typing
 import warnings
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 import jax
 
@@ -36,6 +36,9 @@ from ._bind import FactoryInfo, Wrapped, is_wrapped
 from ._children import SLOT as SLOT  # pickles of templates written before name it here
 from ._children import Template, contains_wrapped, flat_container, structure, structure_of
 from ._vocabulary import Role
+
+# A classified argument: its name -> its role (``Role``), in signature order.
+Roles: TypeAlias = dict[str, Role]
 
 T = TypeVar("T")
 
@@ -320,7 +323,7 @@ class Classified:
     )
 
     def __init__(self) -> None:
-        self.roles: dict[str, str] = {}
+        self.roles: Roles = {}
         self.values: dict[str, Any] = {}
         self.templates: dict[str, Template] = {}
         self.candidates: list[str] = []  # numeric arguments for detection and guards

@@ -10,9 +10,10 @@ arrays, see ``_leaves.Pending``): they are made when first read.
 from __future__ import annotations
 
 # pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
-from typing import Any
+from typing import Any, TypeAlias
 
 from . import _build, _jaxprs
+from ._leaves import Exact, Leaves, Pending
 from ._spec import Spec
 
 
@@ -41,10 +42,10 @@ class Core:
     )
 
     spec: Spec
-    stored_leaves: tuple[Any, ...]
-    stored_exact: Any
+    stored_leaves: Leaves
+    stored_exact: Exact
     # Leaves still to be made from Python numbers (``_leaves.Pending``), or None.
-    pending: Any
+    pending: Pending | None
 
     @property
     def leaves(self) -> tuple[Any, ...]:
@@ -148,3 +149,8 @@ def _sources(core: Core) -> tuple[Any, ...]:
         if is_wrapped(w):
             found.extend(_sources(w._core))
     return tuple(found)
+
+
+# For ``replace``: the replaced object's core and the names of the arguments changed (its
+# carried values of unchanged arguments are kept, ``_carry.host_values``); None: none kept.
+Kept: TypeAlias = tuple[Core, frozenset[str]] | None

@@ -20,6 +20,7 @@ import jax
 
 from . import _quiet, _spec
 from ._bind import is_wrapped
+from ._classify import Roles
 from ._vocabulary import Role
 
 
@@ -37,7 +38,7 @@ class Inner(NamedTuple):
         return f"argument {self.name!r} of {where} ({self.owner})"
 
 
-def inner_arguments(arguments: dict[str, Any], roles: dict[str, Any]) -> list[Inner]:
+def inner_arguments(arguments: dict[str, Any], roles: Roles) -> list[Inner]:
     """The dynamic arguments of the wrapped objects in the children of ``arguments``, at any
     depth, each object's before its own children's."""
     out: list[Inner] = []

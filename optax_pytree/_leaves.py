@@ -14,7 +14,7 @@ from __future__ import annotations
 # pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 import functools
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeAlias
 
 import jax
 import jax.numpy as jnp
@@ -146,6 +146,15 @@ def make_exact(
 def convert_numbers(numbers: list[Any]) -> tuple[Any, ...]:
     """Python numbers as weakly typed leaves, in one jitted dispatch."""
     return _weak_converter(len(numbers))(*numbers)
+
+
+# What a wrapped object is made of, from the pipeline (``_pipeline.Made``) to its core (``_core.Core``):
+# its leaves, one per dynamic argument or child in signature order (an array, or a wrapped
+# child or a container of them);
+Leaves: TypeAlias = tuple[Any, ...]
+# its ``exact`` child: the carried host values, a vector per dtype, then the fingerprint of the
+# leaves they were computed from (``_guard.Guarded.exact``); None where nothing is carried.
+Exact: TypeAlias = tuple[jax.Array, ...] | None
 
 
 class Pending:

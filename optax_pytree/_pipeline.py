@@ -36,6 +36,8 @@ import numpy as np
 from . import _bind, _build, _carry, _checks, _descend, _detect, _disk, _expr, _leaves, _quiet, _spec, _verify
 from ._bind import FactoryInfo, is_wrapped
 from ._classify import Classified, MakeChild, Options, classify
+from ._core import Kept
+from ._leaves import Exact, Leaves, Pending
 from ._spec import Analysis
 from ._vocabulary import Differs, Kind, Role
 
@@ -44,15 +46,15 @@ class Made(NamedTuple):
     """What a wrapped object is made of (the arguments of ``_tree.new``)."""
 
     spec: _spec.Spec  # the static configuration: the treedef's aux data
-    leaves: tuple[Any, ...]  # one per dynamic argument or child, in signature order
-    exact: Any  # the carried host values (a tuple of vectors), or None
+    leaves: Leaves  # one per dynamic argument or child, in signature order
+    exact: Exact  # the carried host values (a tuple of vectors), or None
     python: dict[str, Any]  # the Python numbers given, for replace() and pickling
     # What the factory returned for the values given (a parent's wrap hands it
     # to its own factory instead of rebuilding this object), or None.
     plain: Any = None
     # The leaves and ``exact`` child still to be made from Python numbers
     # (``leaves`` and ``exact`` are then empty), or None: see ``_leaves.Pending``.
-    pending: Any = None
+    pending: Pending | None = None
 
 
 def _statics_of_children(children: Any) -> list[Any]:
@@ -331,7 +333,7 @@ def make(
     options: Options,
     make_child: MakeChild | None,
     previous: _spec.Spec | None = None,
-    kept: Any = None,
+    kept: Kept = None,
 ) -> Made:
     """Classifies, analyses (or finds the cached analysis): what the wrapped object is made of.
 
@@ -413,7 +415,7 @@ def _make(
     options: Options,
     make_child: MakeChild | None,
     previous: _spec.Spec | None,
-    kept: Any,
+    kept: Kept,
     quiet: bool,
 ) -> Made | Degraded:
     classified = classify(info, arguments, options, make_child)

@@ -28,7 +28,7 @@ from ._bind import FactoryInfo
 from ._caches import cache
 from ._caches import clear_caches as clear_caches  # the name benchmarks/versus.py looks up
 from ._children import Template
-from ._classify import Classified, Options, factory_key
+from ._classify import Classified, Options, Roles, factory_key
 from ._leaves import is_tracer, value_as_given, value_as_static
 from ._vocabulary import Kind, Level, Mode, Role
 
@@ -191,7 +191,7 @@ class Spec:
     def __init__(
         self,
         info: FactoryInfo,
-        roles: dict[str, str],
+        roles: Roles,
         static: dict[str, Any],
         templates: dict[str, Template],
         options: Options,
@@ -353,7 +353,7 @@ def remember_verified_static(key: Any, names: tuple[str, ...]) -> None:
     _VERIFIED_STATIC.set(key, names)  # grows as bisection finds each argument
 
 
-# Configurations the mechanism could not honour (``_pipeline.Degrade``): the
+# Configurations the mechanism could not honour (``_pipeline.Degraded``): the
 # arguments made static, why (said once, when found), and the arguments of
 # wrapped children made static instead of the children whole (``_pipeline.Inner``).
 _DEGRADED = cache("analysis key -> (the arguments made static, why, the children's made static)", 1024)

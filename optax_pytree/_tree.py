@@ -24,7 +24,8 @@ import optax
 from . import _bind, _build, _closures, _jaxprs, _leaves
 from ._bind import Wrapped
 from ._classify import NO_OPTIONS, Options
-from ._core import Core
+from ._core import Core, Kept
+from ._leaves import Exact, Leaves, Pending
 from ._spec import Spec
 from ._vocabulary import Kind, Level, Role
 
@@ -349,11 +350,11 @@ _NO_PYTHON: dict[str, Any] = {}
 
 def new(
     spec: Spec,
-    leaves: tuple[Any, ...],
-    exact: Any = None,
+    leaves: Leaves,
+    exact: Exact = None,
     python: dict[str, Any] = _NO_PYTHON,
     plain: Any = None,
-    pending: Any = None,
+    pending: Pending | None = None,
     flat: tuple[Any, ...] | None = None,
 ) -> Any:
     # Also on the dispatch path (every jitted call that returns or rebuilds
@@ -400,7 +401,7 @@ def make(
     arguments: dict[str, Any],
     options: Options,
     previous: Spec | None = None,
-    kept: Any = None,
+    kept: Kept = None,
 ) -> Any:
     """The wrapped object for these arguments: the pipeline's steps, then :func:`new`."""
     return new(*(_pipeline or _import_pipeline()).make(info, arguments, options, make_child, previous, kept))
