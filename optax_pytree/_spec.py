@@ -355,7 +355,7 @@ def remember_verified_static(key: Any, names: tuple[str, ...]) -> None:
 
 # Configurations the mechanism could not honour (``_pipeline.Degraded``): the
 # arguments made static, why (said once, when found), and the arguments of
-# wrapped children made static instead of the children whole (``_pipeline.Inner``).
+# wrapped children made static instead of the children whole (``_descend.Inner``).
 _DEGRADED = cache("analysis key -> (the arguments made static, why, the children's made static)", 1024)
 
 
