@@ -35,6 +35,7 @@ from ._annotations import Renderer
 from ._bind import FactoryInfo, Wrapped, is_wrapped
 from ._children import SLOT as SLOT  # pickles of templates written before name it here
 from ._children import Template, contains_wrapped, flat_container, structure, structure_of
+from ._value import ValueObject
 from ._vocabulary import Role
 
 T = TypeVar("T")
@@ -110,10 +111,10 @@ def dynamic(value: T) -> T:
 # Options.
 
 
-class Options:
-    """The user's overrides, kept by the spec so that ``replace`` keeps them."""
+class Options(ValueObject):
+    """The user's overrides, kept by the spec so that ``replace`` keeps them (``key``: all three)."""
 
-    __slots__ = ("dynamic", "dynamic_only", "hash", "static")
+    __slots__ = ("dynamic", "dynamic_only", "static")
 
     def __init__(
         self,
@@ -124,22 +125,14 @@ class Options:
         self.static = static
         self.dynamic = dynamic
         self.dynamic_only = dynamic_only
-        self.hash = hash((static, dynamic, dynamic_only))
+        self.key: tuple[Any, ...] = (static, dynamic, dynamic_only)
+        self.cache_hash()
 
     def with_marks(self, static: Iterable[str], dynamic: Iterable[str]) -> Options:
         static, dynamic = frozenset(static), frozenset(dynamic)
         if not static and not dynamic:
             return self
         return Options((self.static - dynamic) | static, (self.dynamic - static) | dynamic, self.dynamic_only)
-
-    def key(self) -> tuple[Any, ...]:
-        return (self.static, self.dynamic, self.dynamic_only)
-
-    def __hash__(self) -> int:
-        return self.hash
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Options) and self.key() == other.key()
 
 
 NO_OPTIONS = Options()
@@ -421,7 +414,7 @@ def _classify_common(
         else:
             return None
         values[name] = value
-    out.key = _static.Key((factory_key(info), tuple(key_parts), NO_OPTIONS.key()))
+    out.key = _static.Key((factory_key(info), tuple(key_parts), NO_OPTIONS.key))
     out.analysis_key = _static.Key((out.key, tuple(given)))
     return out
 
@@ -494,6 +487,6 @@ def _classify(
         out.values[name] = value
         if role == Role.CHILD:
             out.children.append(name)
-    out.key = _static.Key((factory_key(info), tuple(key_parts), options.key()))
+    out.key = _static.Key((factory_key(info), tuple(key_parts), options.key))
     out.analysis_key = _static.Key((out.key, tuple(given)))
     return out

@@ -68,6 +68,7 @@ import numpy as np
 
 from ._bind import is_wrapped
 from ._caches import cache
+from ._value import ValueObject
 
 # --------------------------------------------------------------------------
 # Reading code: the paths a variable is read along.
@@ -755,7 +756,7 @@ def _parameter(name: str) -> inspect.Parameter:
     return parameter
 
 
-class ClosureFactory:
+class ClosureFactory(ValueObject):
     """Makes a callable of one recipe from its captured values: a closure as a factory.
 
     Its parameters are the values the callable captures, named by their
@@ -776,7 +777,7 @@ class ClosureFactory:
         self.__doc__ = fn.__doc__
         self.__signature__ = inspect.Signature([_parameter(n) for n in captured.values])
         self.key = key
-        self.hash = hash(key)
+        self.cache_hash()
 
     @staticmethod
     def shape(captured: Capture) -> Any:
@@ -806,12 +807,6 @@ class ClosureFactory:
         keywords = {h.name: given(h) for h in c.bound[c.positional :]}
         assert c.partial_type is not None
         return c.partial_type(fn, *args, **keywords)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, ClosureFactory) and self.hash == other.hash and self.key == other.key
-
-    def __hash__(self) -> int:
-        return self.hash
 
     def __repr__(self) -> str:
         return f"<closure {self.__module__}.{self.__qualname__}>"

@@ -44,6 +44,7 @@ import numpy as np
 
 from . import _closures, _leaves
 from ._bind import Wrapped
+from ._value import ValueObject
 
 
 class ByIdentity:
@@ -61,7 +62,7 @@ class ByIdentity:
         return isinstance(other, ByIdentity) and other.value is self.value
 
 
-class Key:
+class Key(ValueObject):
     """A key made of nested tuples, hashed once: a configuration's, looked up in several caches.
 
     A tuple recomputes its hash at every lookup, through every nested tuple,
@@ -69,22 +70,18 @@ class Key:
     several times.
     """
 
-    __slots__ = ("hash", "value")
+    __slots__ = ()
 
     def __init__(self, value: Any):
-        self.value = value
-        self.hash = hash(value)
+        self.key = value
+        self.cache_hash()
 
-    def __hash__(self) -> int:
-        return self.hash
-
-    def __eq__(self, other: object) -> bool:
-        if self is other:
-            return True
-        return isinstance(other, Key) and self.hash == other.hash and self.value == other.value
+    @property
+    def value(self) -> Any:
+        return self.key
 
     def __repr__(self) -> str:
-        return f"Key({self.value!r})"
+        return f"Key({self.key!r})"
 
 
 def _array_key(x: Any) -> tuple[Any, ...]:
