@@ -35,7 +35,7 @@ from ._annotations import Renderer
 from ._bind import FactoryInfo, Wrapped, is_wrapped
 from ._children import SLOT as SLOT  # pickles of templates written before name it here
 from ._children import Template, contains_wrapped, flat_container, structure, structure_of
-from ._value import ValueObject
+from ._value import ConfigKey, ValueObject
 from ._vocabulary import Role
 
 T = TypeVar("T")
@@ -319,7 +319,7 @@ class Classified:
         self.candidates: list[str] = []  # numeric arguments for detection and guards
         self.forced: list[str] = []  # numeric arguments forced dynamic (no detection)
         self.wide: list[str] = []  # Python integers beyond the range of an integer leaf: static
-        self.key: Any = ()  # the configuration: what its spec is made of (a ``_static.Key``)
+        self.key: Any = ()  # the configuration: what its spec is made of (a ``ConfigKey``)
         # The configuration and what a factory may decide about a value besides
         # comparing it (its Python type, whether it is the default object):
         # the analyses are cached, and verified, per analysis key.
@@ -414,8 +414,8 @@ def _classify_common(
         else:
             return None
         values[name] = value
-    out.key = _static.Key((factory_key(info), tuple(key_parts), NO_OPTIONS.key))
-    out.analysis_key = _static.Key((out.key, tuple(given)))
+    out.key = ConfigKey((factory_key(info), tuple(key_parts), NO_OPTIONS.key))
+    out.analysis_key = ConfigKey((out.key, tuple(given)))
     return out
 
 
@@ -487,6 +487,6 @@ def _classify(
         out.values[name] = value
         if role == Role.CHILD:
             out.children.append(name)
-    out.key = _static.Key((factory_key(info), tuple(key_parts), options.key))
-    out.analysis_key = _static.Key((out.key, tuple(given)))
+    out.key = ConfigKey((factory_key(info), tuple(key_parts), options.key))
+    out.analysis_key = ConfigKey((out.key, tuple(given)))
     return out

@@ -44,7 +44,9 @@ import numpy as np
 
 from . import _closures, _leaves
 from ._bind import Wrapped
-from ._value import ValueObject
+from ._value import ConfigKey
+
+Key = ConfigKey  # kept for _disk until merged (``_static.Key`` is now ``_value.ConfigKey``)
 
 
 class ByIdentity:
@@ -60,28 +62,6 @@ class ByIdentity:
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, ByIdentity) and other.value is self.value
-
-
-class Key(ValueObject):
-    """A key made of nested tuples, hashed once: a configuration's, looked up in several caches.
-
-    A tuple recomputes its hash at every lookup, through every nested tuple,
-    and a cache hit then compares it item by item; a wrap looks its keys up
-    several times.
-    """
-
-    __slots__ = ()
-
-    def __init__(self, value: Any):
-        self.key = value
-        self.cache_hash()
-
-    @property
-    def value(self) -> Any:
-        return self.key
-
-    def __repr__(self) -> str:
-        return f"Key({self.key!r})"
 
 
 def _array_key(x: Any) -> tuple[Any, ...]:

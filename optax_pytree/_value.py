@@ -42,3 +42,28 @@ class ValueObject:
         if self is other:
             return True
         return isinstance(other, type(self)) and self.hash == other.hash and self.key == other.key
+
+
+class ConfigKey(ValueObject):
+    """A configuration's key (nested tuples), hashed once: looked up in several caches.
+
+    What a wrapped object's configuration is made of (``Classified.key``) and
+    what its analyses are cached by (``Classified.analysis_key``). A tuple
+    recomputes its hash at every lookup, through every nested tuple, and a
+    cache hit then compares it item by item; a wrap looks its keys up
+    several times.
+    """
+
+    __slots__ = ()
+
+    def __init__(self, key: Any):
+        self.key = key
+        self.cache_hash()
+
+    @property
+    def value(self) -> Any:
+        """The key itself (its old name: ``_disk`` reads it)."""
+        return self.key
+
+    def __repr__(self) -> str:
+        return f"ConfigKey({self.key!r})"
