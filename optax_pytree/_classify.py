@@ -226,11 +226,6 @@ def _user_stacklevel() -> int:
     return level
 
 
-def is_numeric_tree(x: Any) -> bool:
-    leaves = jax.tree_util.tree_leaves(x)
-    return bool(leaves) and all(_leaves.is_numeric(v) for v in leaves)
-
-
 # --------------------------------------------------------------------------
 # Values the factory's annotations rule out.
 
@@ -439,7 +434,7 @@ def _classify(
             role = Role.STATIC
             key_parts.append((name, role, _static.freeze(value)))
         elif name in options.dynamic:
-            if not (_leaves.is_numeric(value) or is_numeric_tree(value)):
+            if not (_leaves.is_numeric_leaf(value) or _leaves.is_numeric_tree(value)):
                 raise TypeError(
                     f"{info.name}: argument {name!r} is forced dynamic (dynamic_argnames or "
                     f"optax_pytree.dynamic) but its value {value!r} "
@@ -458,12 +453,14 @@ def _classify(
             role = Role.CHILD
             out.templates[name], value = Template.split(value)
             key_parts.append((name, role, out.templates[name].key, structure_of(value)))
-        elif _leaves.is_integer(value) and not _leaves.fits_int_leaf(value):
+        elif _leaves.is_integer_scalar(value) and not _leaves.fits_int_leaf(value):
             # 10**10 steps: an int32 leaf cannot hold it, Python's int can.
             role = Role.STATIC
             out.wide.append(name)
             key_parts.append((name, role, _static.freeze(value)))
-        elif _leaves.is_numeric(value) and (options.dynamic_only is None or name in options.dynamic_only):
+        elif _leaves.is_numeric_leaf(value) and (
+            options.dynamic_only is None or name in options.dynamic_only
+        ):
             role = Role.DYNAMIC
             out.candidates.append(name)
             # Not the shape: a batch of values (a population, replaced outside
