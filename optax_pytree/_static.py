@@ -31,6 +31,7 @@ callables are never wrongly equal.
 
 from __future__ import annotations
 
+# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 import dataclasses
 import enum
 import functools
