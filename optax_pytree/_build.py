@@ -272,7 +272,7 @@ def raise_traced_failure(
         # over, whose arithmetic inside jit is traced all the same.
         suspects = traced or dynamic
         if isinstance(e, jax.errors.TracerIntegerConversionError):  # an index, a range, a shape
-            integers = [n for n in suspects if _is_integer_leaf(leaves[spec.leaf_index[n]])]
+            integers = [n for n in suspects if _leaves.has_integer_dtype(leaves[spec.leaf_index[n]])]
             suspects = integers or suspects
         named = [n for n in suspects if f".{n}" in text or f"'{n}'" in text or f"`{n}`" in text]
         culprits = named or suspects
@@ -323,10 +323,6 @@ def _fails_alike_with_python_values(
     except Exception as plain:  # noqa: BLE001 - compared with the first failure
         return type(plain) is type(e) and str(plain) == str(e)
     return False
-
-
-def _is_integer_leaf(x: Any) -> bool:
-    return hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.integer)
 
 
 def first_line(text: str) -> str:

@@ -37,7 +37,7 @@ from ._expr import (
     key_names,
     key_text,
 )
-from ._leaves import is_integer
+from ._leaves import is_integer_scalar
 
 
 def _compile_key(key: Key) -> Callable[[Mapping[str, Any]], Any]:
@@ -50,10 +50,10 @@ def _compile_key(key: Key) -> Callable[[Mapping[str, Any]], Any]:
         def fits(env: Mapping[str, Any]) -> Any:
             value = inner(env)
             if isinstance(value, np.ndarray):
-                return np.vectorize(lambda v: is_integer(v) and info.min <= v <= info.max, otypes=[bool])(
-                    value
-                )
-            return is_integer(value) and info.min <= value <= info.max
+                return np.vectorize(
+                    lambda v: is_integer_scalar(v) and info.min <= v <= info.max, otypes=[bool]
+                )(value)
+            return is_integer_scalar(value) and info.min <= value <= info.max
 
         return fits
     compare, a, b = COMPARE[key.op], compile_expr(key.lhs), compile_expr(key.rhs)

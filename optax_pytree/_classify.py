@@ -35,6 +35,7 @@ from ._annotations import Renderer
 from ._bind import FactoryInfo, Wrapped, is_wrapped
 from ._children import SLOT as SLOT  # pickles of templates written before name it here
 from ._children import Template, contains_wrapped, flat_container, structure, structure_of
+from ._value import ConfigKey, ValueObject
 from ._vocabulary import Role
 
 # A classified argument: its name -> its role (``Role``), in signature order.
@@ -113,10 +114,10 @@ def dynamic(value: T) -> T:
 # Options.
 
 
-class Options:
-    """The user's overrides, kept by the spec so that ``replace`` keeps them."""
+class Options(ValueObject):
+    """The user's overrides, kept by the spec so that ``replace`` keeps them (``key``: all three)."""
 
-    __slots__ = ("dynamic", "dynamic_only", "hash", "static")
+    __slots__ = ("dynamic", "dynamic_only", "static")
 
     def __init__(
         self,
@@ -127,22 +128,14 @@ class Options:
         self.static = static
         self.dynamic = dynamic
         self.dynamic_only = dynamic_only
-        self.hash = hash((static, dynamic, dynamic_only))
+        self.key: tuple[Any, ...] = (static, dynamic, dynamic_only)
+        self.cache_hash()
 
     def with_marks(self, static: Iterable[str], dynamic: Iterable[str]) -> Options:
         static, dynamic = frozenset(static), frozenset(dynamic)
         if not static and not dynamic:
             return self
         return Options((self.static - dynamic) | static, (self.dynamic - static) | dynamic, self.dynamic_only)
-
-    def key(self) -> tuple[Any, ...]:
-        return (self.static, self.dynamic, self.dynamic_only)
-
-    def __hash__(self) -> int:
-        return self.hash
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Options) and self.key() == other.key()
 
 
 NO_OPTIONS = Options()
@@ -236,11 +229,6 @@ def _user_stacklevel() -> int:
     return level
 
 
-def is_numeric_tree(x: Any) -> bool:
-    leaves = jax.tree_util.tree_leaves(x)
-    return bool(leaves) and all(_leaves.is_numeric(v) for v in leaves)
-
-
 # --------------------------------------------------------------------------
 # Values the factory's annotations rule out.
 
@@ -329,7 +317,7 @@ class Classified:
         self.candidates: list[str] = []  # numeric arguments for detection and guards
         self.forced: list[str] = []  # numeric arguments forced dynamic (no detection)
         self.wide: list[str] = []  # Python integers beyond the range of an integer leaf: static
-        self.key: Any = ()  # the configuration: what its spec is made of (a ``_static.Key``)
+        self.key: Any = ()  # the configuration: what its spec is made of (a ``ConfigKey``)
         # The configuration and what a factory may decide about a value besides
         # comparing it (its Python type, whether it is the default object):
         # the analyses are cached, and verified, per analysis key.
@@ -424,8 +412,8 @@ def _classify_common(
         else:
             return None
         values[name] = value
-    out.key = _static.Key((factory_key(info), tuple(key_parts), NO_OPTIONS.key()))
-    out.analysis_key = _static.Key((out.key, tuple(given)))
+    out.key = ConfigKey((factory_key(info), tuple(key_parts), NO_OPTIONS.key))
+    out.analysis_key = ConfigKey((out.key, tuple(given)))
     return out
 
 
@@ -449,7 +437,7 @@ def _classify(
             role = Role.STATIC
             key_parts.append((name, role, _static.freeze(value)))
         elif name in options.dynamic:
-            if not (_leaves.is_numeric(value) or is_numeric_tree(value)):
+            if not (_leaves.is_numeric_leaf(value) or _leaves.is_numeric_tree(value)):
                 raise TypeError(
                     f"{info.name}: argument {name!r} is forced dynamic (dynamic_argnames or "
                     f"optax_pytree.dynamic) but its value {value!r} "
@@ -468,12 +456,14 @@ def _classify(
             role = Role.CHILD
             out.templates[name], value = Template.split(value)
             key_parts.append((name, role, out.templates[name].key, structure_of(value)))
-        elif _leaves.is_integer(value) and not _leaves.fits_int_leaf(value):
+        elif _leaves.is_integer_scalar(value) and not _leaves.fits_int_leaf(value):
             # 10**10 steps: an int32 leaf cannot hold it, Python's int can.
             role = Role.STATIC
             out.wide.append(name)
             key_parts.append((name, role, _static.freeze(value)))
-        elif _leaves.is_numeric(value) and (options.dynamic_only is None or name in options.dynamic_only):
+        elif _leaves.is_numeric_leaf(value) and (
+            options.dynamic_only is None or name in options.dynamic_only
+        ):
             role = Role.DYNAMIC
             out.candidates.append(name)
             # Not the shape: a batch of values (a population, replaced outside
@@ -497,6 +487,6 @@ def _classify(
         out.values[name] = value
         if role == Role.CHILD:
             out.children.append(name)
-    out.key = _static.Key((factory_key(info), tuple(key_parts), options.key()))
-    out.analysis_key = _static.Key((out.key, tuple(given)))
+    out.key = ConfigKey((factory_key(info), tuple(key_parts), options.key))
+    out.analysis_key = ConfigKey((out.key, tuple(given)))
     return out

@@ -68,6 +68,8 @@ import numpy as np
 
 from ._bind import is_wrapped
 from ._caches import cache
+from ._leaves import is_concrete_number
+from ._value import ValueObject
 
 # --------------------------------------------------------------------------
 # Reading code: the paths a variable is read along.
@@ -472,26 +474,9 @@ def _writes_a_cell(code: types.CodeType, names: frozenset[str] | None = None) ->
     return any(isinstance(c, types.CodeType) and _writes_a_cell(c, names) for c in code.co_consts)
 
 
-def is_number(value: Any) -> bool:
-    """A Python number a leaf holds (int within int32, float), a numeric NumPy or JAX array or scalar."""
-    kind = type(value)
-    if kind is float:
-        return True
-    if kind is int:
-        return -(2**31) <= value < 2**31
-    if isinstance(value, (np.ndarray, np.generic, jax.Array)) and not _is_tracer(value):
-        dtype = value.dtype
-        return bool(np.issubdtype(dtype, np.number)) and not jnp.issubdtype(dtype, jax.dtypes.prng_key)
-    return False
-
-
-def _is_tracer(x: Any) -> bool:
-    return isinstance(x, jax.core.Tracer)  # pyright: ignore[reportAttributeAccessIssue]
-
-
 def _useful(value: Any, seen: frozenset[int]) -> bool:
     """A value that makes a child worth it: a number, a wrapped object, a convertible callable."""
-    if is_number(value) or is_wrapped(value):
+    if is_concrete_number(value) or is_wrapped(value):
         return True
     return callable(value) and capture(value, seen) is not None
 
@@ -518,7 +503,7 @@ class Capture(NamedTuple):
 
 def _held(code: types.CodeType, name: str, value: Any, values: dict[str, Any], seen: frozenset[int]) -> _Held:
     """A captured value as parameters: itself, or the values read through it (a view)."""
-    if is_number(value) or is_wrapped(value) or not _viewable(value):
+    if is_concrete_number(value) or is_wrapped(value) or not _viewable(value):
         values[name] = value
         return _Held(name, None)
     plan = _plan(value, paths_read(code, name), 0)
@@ -707,11 +692,14 @@ class Source:
 
 def only_wrapped(values: dict[str, Any]) -> bool:
     """No number among the values (wrapped objects and functions): a child whatever it is."""
-    return not any(is_number(v) for v in values.values())
+    return not any(is_concrete_number(v) for v in values.values())
 
 
-def gives_a_number(fn: Any) -> bool:
-    """Whether ``fn`` of a step count is a real number (a schedule), not a mask, a label or an error.
+def is_schedule_like(fn: Any) -> bool:
+    """Whether ``fn`` of a step count gives a scalar number (a schedule), not a mask, a label or an error.
+
+    What a callable returns, where ``_leaves``' predicates judge a value: a
+    Python int or float, or a 0-d array or scalar of a numeric dtype; no bool.
 
     Traced abstractly (``jax.eval_shape``: what it gives under ``jit``, as optax
     calls it); a function only Python values can run (``if step < 10``) is
@@ -755,7 +743,7 @@ def _parameter(name: str) -> inspect.Parameter:
     return parameter
 
 
-class ClosureFactory:
+class ClosureFactory(ValueObject):
     """Makes a callable of one recipe from its captured values: a closure as a factory.
 
     Its parameters are the values the callable captures, named by their
@@ -776,7 +764,7 @@ class ClosureFactory:
         self.__doc__ = fn.__doc__
         self.__signature__ = inspect.Signature([_parameter(n) for n in captured.values])
         self.key = key
-        self.hash = hash(key)
+        self.cache_hash()
 
     @staticmethod
     def shape(captured: Capture) -> Any:
@@ -806,12 +794,6 @@ class ClosureFactory:
         keywords = {h.name: given(h) for h in c.bound[c.positional :]}
         assert c.partial_type is not None
         return c.partial_type(fn, *args, **keywords)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, ClosureFactory) and self.hash == other.hash and self.key == other.key
-
-    def __hash__(self) -> int:
-        return self.hash
 
     def __repr__(self) -> str:
         return f"<closure {self.__module__}.{self.__qualname__}>"
@@ -855,7 +837,7 @@ def child(fn: Any, make: Callable[[Any, dict[str, Any]], Any], freeze: Callable[
     spec = wrapped._core.spec
     schedule_like = _SCHEDULE_LIKE.get(spec)
     if schedule_like is None:
-        schedule_like = gives_a_number(fn)
+        schedule_like = is_schedule_like(fn)
         _SCHEDULE_LIKE.set(spec, schedule_like)
     return wrapped if schedule_like else None  # a mask, a label or skip function: static, by value
 

@@ -201,7 +201,7 @@ def guard_differences(spec_a: Spec, spec_b: Spec, path: str, reported: set[str])
 def analysis_difference(spec_a: Spec, spec_b: Spec, where: str) -> Cause:
     """Nothing named: what else the analyses differ in (modes, carried expressions, options)."""
     parts: list[str] = []
-    if spec_a.options.key() != spec_b.options.key():
+    if spec_a.options.key != spec_b.options.key:
         parts.append(f"static_argnames/dynamic_argnames {_options(spec_a)} vs {_options(spec_b)}")
     modes_a, modes_b = spec_a.analysis.modes, spec_b.analysis.modes
     for n in sorted(set(modes_a) | set(modes_b)):

@@ -80,7 +80,7 @@ from ._expr import (
     names_in,
     text,
 )
-from ._leaves import is_integer, is_tracer
+from ._leaves import is_integer_scalar, is_scalar_number, is_tracer
 from ._vocabulary import Phase
 
 # --------------------------------------------------------------------------
@@ -174,10 +174,6 @@ class Context:
         )
 
 
-def _is_number(x: Any) -> bool:
-    return isinstance(x, (int, float, complex, np.number, np.bool_))
-
-
 class Guarded:
     """A numeric argument, or an expression of them, standing in for a factory's argument.
 
@@ -223,7 +219,7 @@ class Guarded:
     def _compare(self, op: str, other: Any) -> Any:
         if isinstance(other, Guarded):
             rhs, rpy = other.expr, other.pyval
-        elif _is_number(other):
+        elif is_scalar_number(other):
             rhs, rpy = (CONST, other), other
         elif isinstance(other, (jax.Array, np.ndarray)):
             return COMPARE[op](self.exact(), other)  # data, not a guard: traced as usual
@@ -268,7 +264,7 @@ class Guarded:
         fn = BINARY[op]
         if isinstance(other, Guarded):
             them = (other.expr, other, other.pyval)
-        elif _is_number(other):
+        elif is_scalar_number(other):
             them = ((CONST, other), other, other)
         elif isinstance(other, (jax.Array, np.ndarray)):
             return fn(other, self.exact()) if reflected else fn(self.exact(), other)
@@ -299,17 +295,18 @@ class Guarded:
 
     def check_integer_range(self, *operands: Any) -> None:
         """Integer arithmetic done in Python must fit the leaf's integer dtype (a guard)."""
-        if not all(is_integer(x) for x in operands):
+        if not all(is_integer_scalar(x) for x in operands):
             return
         dtype = jnp.result_type(self.value)
         if not jnp.issubdtype(dtype, jnp.integer):
-            if self.pyval is not None and is_integer(self.pyval):  # Python int, traced float: other numbers
+            # A Python int, a traced float: other numbers.
+            if self.pyval is not None and is_integer_scalar(self.pyval):
                 self.ctx.need(self.names, f"{text(self.expr)} is an integer in Python", self.pyval)
             return
         info = jnp.iinfo(dtype)
         fits = None
         if self.pyval is not None:
-            fits = is_integer(self.pyval) and info.min <= int(self.pyval) <= info.max
+            fits = is_integer_scalar(self.pyval) and info.min <= int(self.pyval) <= info.max
         if self.ctx.record and fits is False:
             self.ctx.need(self.names, f"{text(self.expr)} = {self.pyval} overflows {dtype}", self.pyval)
             return

@@ -28,9 +28,10 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from . import _bind, _static
+from ._value import ValueObject
 
 
-class Injected:
+class Injected(ValueObject):
     """``optax_fn(inner_factory, static_args, hyperparam_dtype)`` as a factory compared by value.
 
     Calling it calls what optax's function returned; it pickles as the call
@@ -63,16 +64,10 @@ class Injected:
             _static.freeze(static_args),
             _static.freeze(hyperparam_dtype),
         )
-        self.hash = hash(self.key)
+        self.cache_hash()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.made(*args, **kwargs)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Injected) and self.key == other.key
-
-    def __hash__(self) -> int:
-        return self.hash
 
     def __repr__(self) -> str:
         return f"optax.{self.__qualname__}"

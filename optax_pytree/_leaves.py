@@ -30,8 +30,15 @@ _DEFAULT_KINDS = frozenset(
 )
 
 
-def is_numeric(x: Any) -> bool:
-    """Whether ``x`` is a value that becomes a dynamic leaf by default."""
+# --------------------------------------------------------------------------
+# What counts as a number: one predicate per meaning, each saying how it
+# differs from the others. (``_closures.is_schedule_like`` asks the same of
+# what a callable returns.)
+
+
+def is_numeric_leaf(x: Any) -> bool:
+    """Whether ``x`` becomes a dynamic leaf by default: a Python int, float or complex (no bool), a
+    NumPy or JAX array or scalar of a numeric or PRNG-key dtype, any shape, traced or not."""
     if isinstance(x, bool) or isinstance(x, np.bool_):
         return False
     if isinstance(x, _PY_NUMBERS):
@@ -46,9 +53,47 @@ def is_numeric(x: Any) -> bool:
     return False
 
 
-def is_integer(x: Any) -> bool:
-    """A Python or NumPy integer scalar (not a bool)."""
+def is_numeric_tree(x: Any) -> bool:
+    """A pytree with at least one leaf, every leaf :func:`is_numeric_leaf` (a tuple of rates, a
+    dict of arrays; a single numeric leaf too)."""
+    leaves = jax.tree_util.tree_leaves(x)
+    return bool(leaves) and all(is_numeric_leaf(v) for v in leaves)
+
+
+def is_concrete_number(x: Any) -> bool:
+    """A value a closure captures that its child holds as a leaf: a float, an int within int32, a
+    numeric NumPy or JAX array or scalar; unlike :func:`is_numeric_leaf`, no Python complex, no
+    wider int, no tracer, no PRNG key (and no bool)."""
+    kind = type(x)
+    if kind is float:
+        return True
+    if kind is int:
+        return -(2**31) <= x < 2**31
+    if isinstance(x, (np.ndarray, np.generic, jax.Array)) and not is_tracer(x):
+        dtype = x.dtype
+        return bool(np.issubdtype(dtype, np.number)) and not jnp.issubdtype(dtype, jax.dtypes.prng_key)
+    return False
+
+
+def is_scalar_number(x: Any) -> bool:
+    """A Python or NumPy scalar number, bools included, no array (not even 0-d): what a guard takes
+    as a constant operand."""
+    return isinstance(x, (int, float, complex, np.number, np.bool_))
+
+
+def is_integer_scalar(x: Any) -> bool:
+    """A Python int or NumPy integer scalar, no bool, no array (not even 0-d): an integer Python
+    arithmetic computes exactly."""
     return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+is_integer = is_integer_scalar  # kept for _pipeline/_verify until merged (_verify reads _leaves.is_integer)
+
+
+def has_integer_dtype(x: Any) -> bool:
+    """Anything of an integer dtype (an array of any shape, traced or not; a NumPy integer scalar);
+    unlike :func:`is_integer_scalar`, no Python int."""
+    return hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.integer)
 
 
 def fits_int_leaf(x: Any) -> bool:

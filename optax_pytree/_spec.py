@@ -30,6 +30,7 @@ from ._caches import clear_caches as clear_caches  # the name benchmarks/versus.
 from ._children import Template
 from ._classify import Classified, Options, Roles, factory_key
 from ._leaves import is_tracer, value_as_given, value_as_static
+from ._value import ValueObject
 from ._vocabulary import Kind, Level, Mode, Role
 
 
@@ -137,7 +138,7 @@ class Analysis:
         return not self.check(env)
 
 
-class Spec:
+class Spec(ValueObject):
     """Aux data of a wrapped object: hashable, compared by value (``key``).
 
     Made once per configuration and branch, interned (:func:`spec_for`), read
@@ -171,10 +172,8 @@ class Spec:
         "fingerprint_of",
         "guarded",
         "guards",
-        "hash",
         "info",
         "keep",
-        "key",
         "keys",
         "kind",
         "leaf_index",
@@ -251,17 +250,9 @@ class Spec:
             self.guards,
             tuple(sorted(analysis.modes.items())),
             self.carried,
-            options.key(),
+            options.key,
         )
-        self.hash = hash(self.key)
-
-    def __hash__(self) -> int:
-        return self.hash
-
-    def __eq__(self, other: object) -> bool:
-        if self is other:
-            return True
-        return isinstance(other, Spec) and self.hash == other.hash and self.key == other.key
+        self.cache_hash()
 
     def __repr__(self) -> str:
         return f"<spec of {self.info.name}: dynamic={list(self.leaf_names)}>"

@@ -20,10 +20,11 @@ import optax
 from . import _bind, _leaves, _quiet
 from ._bind import is_wrapped
 from ._tree import PyTreeTransformation, argument_names, name_of
+from ._value import ValueObject
 from ._wrap import Names, P, Transformation, wrap_transformation_as_pytree
 
 
-class _ParamsSpec:
+class _ParamsSpec(ValueObject):
     """Structure, shapes and dtypes of the parameters given to ``init`` (aux data).
 
     Kept so that ``replace`` can check that a new static configuration still
@@ -31,12 +32,13 @@ class _ParamsSpec:
     parameters themselves.
     """
 
-    __slots__ = ("avals", "hash", "treedef")
+    __slots__ = ("avals", "treedef")
 
     def __init__(self, treedef: Any, avals: tuple[tuple[tuple[int, ...], np.dtype[Any]], ...]):
         self.treedef = treedef
         self.avals = avals
-        self.hash = hash((treedef, avals))
+        self.key = (treedef, avals)
+        self.cache_hash()
 
     @classmethod
     def of(cls, params: Any) -> _ParamsSpec | None:
@@ -51,45 +53,24 @@ class _ParamsSpec:
         leaves = [jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in self.avals]
         return jax.tree_util.tree_unflatten(self.treedef, leaves)
 
-    def __hash__(self) -> int:
-        return self.hash
-
-    def __eq__(self, other: object) -> bool:
-        if self is other:
-            return True
-        return (
-            isinstance(other, _ParamsSpec)
-            and self.hash == other.hash
-            and self.treedef == other.treedef
-            and self.avals == other.avals
-        )
-
     def __repr__(self) -> str:
         shapes = ", ".join(_leaves.aval_text(s, d) for s, d in self.avals)
         return f"params({shapes})"
 
 
-class _Aux:
+class _Aux(ValueObject):
     """The aux data: whether the state exists, and what it was made for."""
 
-    __slots__ = ("hash", "initialized", "params")
+    # Compared on the dispatch path (jit compares the carried object's treedef
+    # with the compiled one's): the same object, as JAX hands it on, at once
+    # (ValueObject's equality is identity first).
+    __slots__ = ("initialized", "params")
 
     def __init__(self, initialized: bool, params: _ParamsSpec | None):
         self.initialized = initialized
         self.params = params
-        self.hash = hash((initialized, params))
-
-    def __hash__(self) -> int:
-        return self.hash
-
-    def __eq__(self, other: object) -> bool:
-        # On the dispatch path (jit compares the carried object's treedef with
-        # the compiled one's): the same object, as JAX hands it on, at once.
-        if self is other:
-            return True
-        return (
-            isinstance(other, _Aux) and self.initialized == other.initialized and self.params == other.params
-        )
+        self.key = (initialized, params)
+        self.cache_hash()
 
     def __repr__(self) -> str:  # shown in treedefs: stable across processes
         return f"initialized={self.initialized}, {self.params!r}" if self.initialized else "uninitialized"

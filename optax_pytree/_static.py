@@ -31,6 +31,7 @@ callables are never wrongly equal.
 
 from __future__ import annotations
 
+# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 import dataclasses
 import enum
 import functools
@@ -44,6 +45,9 @@ import numpy as np
 
 from . import _closures, _leaves
 from ._bind import Wrapped
+from ._value import ConfigKey
+
+Key = ConfigKey  # kept for _disk until merged (``_static.Key`` is now ``_value.ConfigKey``)
 
 
 class ByIdentity:
@@ -59,32 +63,6 @@ class ByIdentity:
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, ByIdentity) and other.value is self.value
-
-
-class Key:
-    """A key made of nested tuples, hashed once: a configuration's, looked up in several caches.
-
-    A tuple recomputes its hash at every lookup, through every nested tuple,
-    and a cache hit then compares it item by item; a wrap looks its keys up
-    several times.
-    """
-
-    __slots__ = ("hash", "value")
-
-    def __init__(self, value: Any):
-        self.value = value
-        self.hash = hash(value)
-
-    def __hash__(self) -> int:
-        return self.hash
-
-    def __eq__(self, other: object) -> bool:
-        if self is other:
-            return True
-        return isinstance(other, Key) and self.hash == other.hash and self.value == other.value
-
-    def __repr__(self) -> str:
-        return f"Key({self.value!r})"
 
 
 def _array_key(x: Any) -> tuple[Any, ...]:

@@ -252,7 +252,7 @@ class _Wrapped(Wrapped):
                 parts.append(f"{name}={_describe_leaf(value, name in spec.guarded)}")
             elif role == Role.STATIC and name in spec.detected:
                 parts.append(f"{name}={value!r} <static: detected>")
-            elif role == Role.STATIC and name in spec.options.static and _leaves.is_numeric(value):
+            elif role == Role.STATIC and name in spec.options.static and _leaves.is_numeric_leaf(value):
                 parts.append(f"{name}={value!r} <static>")
             else:
                 parts.append(f"{name}={value!r}")
