@@ -30,6 +30,7 @@ from ._expr import (
     REFLECTED,
     UNARY,
     Fits,
+    Guards,
     Key,
     Truth,
     compile_expr,
@@ -114,7 +115,7 @@ class Checker:
 _CHECKERS = cache("a branch's guards -> their Checker", 4096)
 
 
-def checker(guards: tuple[tuple[Key, bool], ...]) -> Checker:
+def checker(guards: Guards) -> Checker:
     """The compiled guards of one branch (cached)."""
     found = _CHECKERS.get(guards)
     if found is None:

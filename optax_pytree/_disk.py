@@ -58,7 +58,8 @@ import numpy as np
 from ._children import SLOT
 from ._classify import Classified
 from ._spec import Analysis, Spec
-from ._static import ByIdentity, Key
+from ._static import ByIdentity
+from ._value import ConfigKey
 
 FORMAT = 1  # of the files: a new format is another folder
 _ENV = "OPTAX_PYTREE_ANALYSIS_CACHE"
@@ -205,8 +206,8 @@ class _Form:
             w(f"c:{x.real.hex()},{x.imag.hex()};")
         elif kind is bytes:
             w(f"b:{hashlib.sha256(x).hexdigest()};")
-        elif isinstance(x, Key):
-            self.add(x.value)
+        elif isinstance(x, ConfigKey):
+            self.add(x.key)
         elif isinstance(x, enum.Enum):
             self.add_type(kind)
             w(f"={x.name};")

@@ -87,9 +87,6 @@ def is_integer_scalar(x: Any) -> bool:
     return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
 
 
-is_integer = is_integer_scalar  # kept for _pipeline/_verify until merged (_verify reads _leaves.is_integer)
-
-
 def has_integer_dtype(x: Any) -> bool:
     """Anything of an integer dtype (an array of any shape, traced or not; a NumPy integer scalar);
     unlike :func:`is_integer_scalar`, no Python int."""

@@ -45,9 +45,6 @@ import numpy as np
 
 from . import _closures, _leaves
 from ._bind import Wrapped
-from ._value import ConfigKey
-
-Key = ConfigKey  # kept for _disk until merged (``_static.Key`` is now ``_value.ConfigKey``)
 
 
 class ByIdentity:

@@ -60,10 +60,5 @@ class ConfigKey(ValueObject):
         self.key = key
         self.cache_hash()
 
-    @property
-    def value(self) -> Any:
-        """The key itself (its old name: ``_disk`` reads it)."""
-        return self.key
-
     def __repr__(self) -> str:
         return f"ConfigKey({self.key!r})"

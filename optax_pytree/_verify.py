@@ -175,7 +175,7 @@ def counts_for(values: dict[str, Any]) -> np.ndarray:
     """Step counts for a schedule: a fixed range and each integer argument's neighbourhood."""
     counts: set[int] = set(_COUNTS)
     for v in values.values():
-        if _leaves.is_integer(v) and 0 <= v < 2**31 - 2:
+        if _leaves.is_integer_scalar(v) and 0 <= v < 2**31 - 2:
             counts.update(c for c in (int(v) - 1, int(v), int(v) + 1, 2 * int(v), int(v) // 2) if c >= 0)
     return np.array(sorted(c for c in counts if c < 2**31), np.int32)
 
