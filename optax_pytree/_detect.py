@@ -44,7 +44,7 @@ from . import _bind, _detach, _expr, _guard, _quiet
 from ._bind import FactoryInfo
 from ._leaves import is_tracer, value_as_given, value_as_static
 from ._spec import Analysis
-from ._verify import UPDATE_LEVELS, default_param_shapes, exercise
+from ._verify import UPDATE_LEVELS, Params, default_param_shapes, exercise
 from ._vocabulary import Kind, Level, Mode, Phase
 
 # How far the probe drives what the factory returns, deepest first: the
@@ -55,7 +55,7 @@ _LEVELS = {
 }
 
 
-def _other_dims(params: Any) -> Any:
+def _other_dims(params: Params) -> Params:
     """The same structure with other sizes: are the guards independent of the shapes?"""
     return jax.tree_util.tree_map(
         lambda s: jax.ShapeDtypeStruct(tuple(d + 3 for d in s.shape), s.dtype), params
@@ -189,10 +189,10 @@ class Probe:
         self.pyvals = {n: value_as_given(v) for n, v in concrete.items()}
         self.param_shapes = list(param_shapes) or default_param_shapes()  # see stand_in_params
         self.level: Level | None = None
-        self.params: Any = None
+        self.params: Params = None
         self.fixed: dict[str, Mode] = {}  # candidates the verification found must be static
 
-    def run(self, modes: Mapping[str, Mode], level: Level | None = None, params: Any = None) -> Run:
+    def run(self, modes: Mapping[str, Mode], level: Level | None = None, params: Params = None) -> Run:
         if level is None:
             assert self.level is not None, "baseline() first"
             level, params = self.level, self.params if params is None else params
@@ -200,7 +200,7 @@ class Probe:
         holder: list[_guard.Context] = []
         info, at = self.info, level
 
-        def fn(dyn: dict[str, Any], params: Any, count: Any, value: Any) -> Any:
+        def fn(dyn: dict[str, Any], params: Params, count: Any, value: Any) -> Any:
             ctx = _guard.Context(info.name, record=True)
             holder.append(ctx)
             args = dict(self.base)

@@ -41,7 +41,7 @@ from __future__ import annotations
 # pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import jax
 import jax.numpy as jnp
@@ -50,6 +50,9 @@ from jax import lax
 
 from ._leaves import is_key, is_tracer
 
+if TYPE_CHECKING:  # JAX's own types of a program (``jax.extend.core``), for the reader and pyright
+    from jax.extend.core import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, Var
+
 # --------------------------------------------------------------------------
 # Reading a jaxpr.
 
@@ -57,7 +60,7 @@ from ._leaves import is_key, is_tracer
 INLINED = frozenset(("pjit", "jit", "closed_call", "core_call"))
 
 
-def bind(eqn: Any, inputs: list[Any]) -> Any:
+def bind(eqn: JaxprEqn, inputs: list[Any]) -> Any:
     """The equation's primitive applied to ``inputs``, as ``jax.core.eval_jaxpr`` applies it."""
     params = eqn.primitive.get_bind_params(eqn.params)
     subfuns: Any = ()
@@ -70,12 +73,17 @@ def bind(eqn: Any, inputs: list[Any]) -> Any:
         return eqn.primitive.bind(*subfuns, *inputs, **params)
 
 
-def is_literal(v: Any) -> bool:
+def is_literal(v: Var | Literal) -> TypeGuard[Literal]:
     """A constant written into a jaxpr (not a variable)."""
     return type(v).__name__ == "Literal"
 
 
-def sub_jaxprs(eqn: Any) -> list[tuple[Any, Any]]:
+def aval(v: Var) -> Any:
+    """A variable's abstract value: a ``ShapedArray`` (a shape and a dtype) in the programs read here."""
+    return v.aval
+
+
+def sub_jaxprs(eqn: JaxprEqn) -> list[tuple[Jaxpr, Any]]:
     """The jaxprs an equation calls (pjit, custom_jvp, cond's branches, scan's body), with their consts."""
     out: list[tuple[Any, Any]] = []
     for param in eqn.params.values():
@@ -137,7 +145,7 @@ def _is_array(x: Any) -> bool:
 
 
 def _rewritten(
-    jaxpr: Any, consts: list[Any], args: list[Any], derived_in: list[bool]
+    jaxpr: Jaxpr, consts: list[Any], args: list[Any], derived_in: list[bool]
 ) -> tuple[list[Any], list[bool]]:
     """The outputs of ``jaxpr``, and which are values of the hyperparameters alone."""
     env: dict[Any, Any] = {}
@@ -164,7 +172,7 @@ def _rewritten(
         inputs = [read(v) for v in eqn.invars]
         flags = [is_derived(v) for v in eqn.invars]
         name = eqn.primitive.name
-        is_float = _is_float(eqn.outvars[0].aval.dtype) if eqn.outvars else False
+        is_float = _is_float(aval(eqn.outvars[0]).dtype) if eqn.outvars else False
         if is_float and name in ("div", "mul") and flags[1] != flags[0] and (name == "mul" or flags[1]):
             if name == "div":  # A / C => A * (1 / C)
                 value, constant = inputs[0], lax.div(jnp.ones_like(inputs[1]), inputs[1])
@@ -319,7 +327,7 @@ _RULES: dict[str, Callable[..., Any]] = {
 }
 
 
-def evaluate(closed: Any, *args: Any) -> list[Any]:
+def evaluate(closed: ClosedJaxpr, *args: Any) -> list[Any]:
     """The outputs of a closed jaxpr for ``args``, computed with NumPy (see above)."""
     with np.errstate(all="ignore"):
         return _evaluate(closed.jaxpr, list(closed.consts), list(args))
@@ -331,12 +339,13 @@ def _value(x: Any) -> Any:
     return x
 
 
-def _evaluate(jaxpr: Any, consts: list[Any], args: list[Any]) -> list[Any]:
+def _evaluate(jaxpr: Jaxpr, consts: list[Any], args: list[Any]) -> list[Any]:
     env: dict[Any, Any] = {}
 
-    def read(v: Any) -> Any:
+    def read(v: Var | Literal) -> Any:
         if is_literal(v):
-            return np.asarray(v.val, v.aval.dtype) if hasattr(v.aval, "dtype") else v.val
+            dtype = getattr(v.aval, "dtype", None)  # a token has none
+            return v.val if dtype is None else np.asarray(v.val, dtype)
         return env[v]
 
     for v, x in zip(jaxpr.constvars, consts):
@@ -351,12 +360,12 @@ def _evaluate(jaxpr: Any, consts: list[Any], args: list[Any]) -> list[Any]:
     return [read(v) for v in jaxpr.outvars]
 
 
-def _apply(eqn: Any, inputs: list[Any]) -> list[Any]:
+def _apply(eqn: JaxprEqn, inputs: list[Any]) -> list[Any]:
     name, params = eqn.primitive.name, eqn.params
     rule = _RULES.get(name)
     if rule is not None and not any(is_key(x) for x in inputs):
         out = rule(*inputs, **params)
-        dtype = eqn.outvars[0].aval.dtype
+        dtype = aval(eqn.outvars[0]).dtype
         return [np.asarray(out).astype(dtype, copy=False)]
     sub = params.get("jaxpr") if name in INLINED else None
     if sub is None and name.startswith("custom_"):
@@ -377,7 +386,7 @@ def _apply(eqn: Any, inputs: list[Any]) -> list[Any]:
     return [_value(x) for x in (out if eqn.primitive.multiple_results else [out])]
 
 
-def _scan(eqn: Any, inputs: list[Any]) -> list[Any]:
+def _scan(eqn: JaxprEqn, inputs: list[Any]) -> list[Any]:
     params = eqn.params
     nc, ncarry, body = params["num_consts"], params["num_carry"], params["jaxpr"]
     consts, carry, xs = inputs[:nc], inputs[nc : nc + ncarry], inputs[nc + ncarry :]
@@ -390,7 +399,7 @@ def _scan(eqn: Any, inputs: list[Any]) -> list[Any]:
     if params["reverse"]:
         ys.reverse()
     stacked = [
-        np.stack([y[j] for y in ys]) if ys else np.zeros(v.aval.shape, v.aval.dtype)
+        np.stack([y[j] for y in ys]) if ys else np.zeros(aval(v).shape, aval(v).dtype)
         for j, v in enumerate(eqn.outvars[ncarry:])
     ]
     return [*carry, *stacked]

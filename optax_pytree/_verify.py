@@ -56,7 +56,7 @@ from __future__ import annotations
 # pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 import dataclasses
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
 
 import jax
 import jax.numpy as jnp
@@ -69,6 +69,9 @@ from ._expr import SPECIALIZED_EXPONENTS
 from ._jaxprs import evaluate, is_literal, sub_jaxprs
 from ._spec import Analysis
 from ._vocabulary import Differs, Kind, Level, Role
+
+if TYPE_CHECKING:
+    from jax.extend.core import ClosedJaxpr, Jaxpr
 
 # --------------------------------------------------------------------------
 # The exerciser: what the probe and the comparison run on a built object.
@@ -88,18 +91,24 @@ _EXTRAS = {
 }
 UPDATE_LEVELS: tuple[Level, ...] = tuple(_EXTRAS)
 
+# The parameters a built object is run on: a pytree of stand-ins (``jax.ShapeDtypeStruct``)
+# for the probe, of arrays for the comparison.
+Params: TypeAlias = Any
+# What a factory returned (an optax transformation, or a schedule), or what it was rebuilt into.
+Built: TypeAlias = Any
 
-def sum_of_squares(params: Any) -> jax.Array:
+
+def sum_of_squares(params: Params) -> jax.Array:
     return sum((jnp.sum(x**2) for x in jax.tree_util.tree_leaves(params)), jnp.zeros(()))
 
 
-def _gradient(params: Any, i: Any = 0) -> Any:
+def _gradient(params: Params, i: Any = 0) -> Params:
     """The gradient of ``sum_of_squares``; SAM's ``grad_fn(params, i)`` in opaque mode."""
     del i
     return jax.tree_util.tree_map(lambda x: 2 * x, params)
 
 
-def _extra_args(level: Level, value: Any, params: Any) -> dict[str, Any]:
+def _extra_args(level: Level, value: Any, params: Params) -> dict[str, Any]:
     every = {
         "value": value,
         "grad": _gradient(params),
@@ -128,7 +137,7 @@ def default_param_shapes() -> list[Any]:
     ]
 
 
-def exercise(built: Any, kind: Kind, level: Level, params: Any, count: Any, value: Any) -> Any:
+def exercise(built: Built, kind: Kind, level: Level, params: Params, count: Any, value: Any) -> Any:
     """What the probe and the comparison run: init, then an update; a schedule at ``count``."""
     if level is Level.BUILD:
         return None
@@ -150,7 +159,7 @@ def exercise(built: Any, kind: Kind, level: Level, params: Any, count: Any, valu
 _COUNTS = (0, 1, 2, 3, 5, 8, 13, 21, 50, 100, 333, 1000, 4321, 10_000, 123_456)
 
 
-def concrete_params(shapes: Any) -> Any:
+def concrete_params(shapes: Params) -> Params:
     """Deterministic stand-in parameters of the probe's shapes: varied values of both signs."""
 
     def leaf(i: int, s: Any) -> Any:
@@ -162,7 +171,7 @@ def concrete_params(shapes: Any) -> Any:
     return jax.tree_util.tree_unflatten(treedef, [leaf(i, s) for i, s in enumerate(leaves)])
 
 
-def smaller(shapes: Any) -> Any:
+def smaller(shapes: Params) -> Params:
     """The parameters to compare on: the probe's; for its default ranks 1 to 4 (which
     detection needs for guards on a rank), a bias and a kernel (half the tracing)."""
     first = default_param_shapes()
@@ -180,7 +189,7 @@ def counts_for(values: dict[str, Any]) -> np.ndarray:
     return np.array(sorted(c for c in counts if c < 2**31), np.int32)
 
 
-def outputs(built: Any, kind: Kind, level: Level, params: Any, counts: Any) -> Any:
+def outputs(built: Built, kind: Kind, level: Level, params: Params, counts: Any) -> Any:
     """What is compared: init and an update, or the schedule at ``counts``."""
     if kind is Kind.SCHEDULE:
         try:
@@ -206,7 +215,7 @@ def traced_outputs(build: Callable[[Any], Any], leaves: Any, run: Callable[[Any]
     return out, closed
 
 
-def reference_outputs(built: Any, run: Callable[[Any], Any]) -> tuple[Any, Any]:
+def reference_outputs(built: Built, run: Callable[[Any], Any]) -> tuple[Any, Any]:
     """``run(built)`` for the factory's own result, traced and evaluated like the wrapped one."""
     closed, shapes = jax.make_jaxpr(lambda: run(built), return_shape=True)()
     return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shapes), evaluate(closed)), closed
@@ -229,7 +238,7 @@ _APPROXIMATE = frozenset(
 SPECIALIZED_POW = "pow by a specialized constant"
 
 
-def approximate_ops(closed: Any, params: Any = None) -> dict[str, Any]:
+def approximate_ops(closed: ClosedJaxpr, params: Any = None) -> dict[str, Any]:
     """How many of each not-correctly-rounded primitive a jaxpr has (sub-jaxprs included).
 
     ``params``: the data both programs share (parameters, a schedule's step
@@ -243,7 +252,7 @@ def approximate_ops(closed: Any, params: Any = None) -> dict[str, Any]:
     counts: dict[str, Any] = {}
     exponents: list[bool] = []
 
-    def walk(jaxpr: Any, consts: dict[int, Any], inputs: tuple[Any, ...] = ()) -> None:
+    def walk(jaxpr: Jaxpr, consts: dict[int, Any], inputs: tuple[Any, ...] = ()) -> None:
         # Values of the inputs (the wrapped build's leaves) alone are the
         # host arithmetic of carried expressions, replaced by their host
         # values: not counted (the factory's program has them as constants).
@@ -283,7 +292,7 @@ def approximate_ops(closed: Any, params: Any = None) -> dict[str, Any]:
     return counts
 
 
-def exponent_inputs(closed: Any) -> frozenset[int]:
+def exponent_inputs(closed: ClosedJaxpr) -> frozenset[int]:
     """The positions of the program's inputs that a ``pow``'s exponent is computed from.
 
     A leaf there computes the general power, which is plain optax's numbers
@@ -295,7 +304,7 @@ def exponent_inputs(closed: Any) -> frozenset[int]:
     found: set[int] = set()
     empty: frozenset[int] = frozenset()
 
-    def walk(jaxpr: Any, sources: dict[int, frozenset[int]]) -> None:
+    def walk(jaxpr: Jaxpr, sources: dict[int, frozenset[int]]) -> None:
         for eqn in jaxpr.eqns:
             ins = [sources.get(id(v), empty) for v in eqn.invars if not is_literal(v)]
             mine = empty.union(*ins)
@@ -403,7 +412,7 @@ def compare(
     params = concrete_params(smaller(analysis.params))
     counts = counts_for({n: classified.values[n] for n in classified.candidates})
 
-    def run(built: Any) -> Any:
+    def run(built: Built) -> Any:
         return outputs(built, spec.kind, analysis.level, params, counts)
 
     reference_jaxpr = None

@@ -80,7 +80,7 @@ def _skip(name: str) -> None:
 # are constants of the XLA program, a wrapped object's are arguments, and XLA
 # rewrites a program around its constants in ways an argument cannot get
 # (the wrapped object does XLA's value-independent rewrites itself, see
-# optax_pytree/_constants.py; these are the others). Each differs in the last
+# optax_pytree/_jaxprs.py; these are the others). Each differs in the last
 # bit, and is bit for bit with FMA contraction and the algebraic simplifier
 # off (test_jit_exceptions_are_xla_constant_rewrites). Eagerly, all are exact
 # but scale_by_novograd, whose update is a ``lax.cond``: compiled even eagerly.
