@@ -826,8 +826,9 @@ class ClosureFactory:
 def child(fn: Any, make: Callable[[Any, dict[str, Any]], Any], freeze: Callable[[Any], Any]) -> Any:
     """The wrapped child a callable given as an argument becomes, or None (see the module).
 
-    ``make(factory, values)`` makes a wrapped object (the pipeline's, handed
-    down by the classification); ``freeze`` keys a static value.
+    ``make(factory, values)`` makes the wrapped object, or None
+    (``_tree.make_child``, handed down through the pipeline and the
+    classification); ``freeze`` keys a static value.
     """
     captured = capture(fn)
     if captured is None:
