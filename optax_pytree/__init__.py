@@ -2,7 +2,6 @@
 
 import importlib.metadata
 
-from . import _flax_serialization  # noqa: F401 - installs the hook for flax (see the module)
 from ._checkpoint import checkpoint_signature as checkpoint_signature
 from ._checkpoint import restore_checkpoint as restore_checkpoint
 from ._checkpoint import save_checkpoint as save_checkpoint

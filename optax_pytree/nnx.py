@@ -108,10 +108,10 @@ if not hasattr(nnx, "as_pure"):  # pragma: no cover - depends on the environment
     # flax 0.12.7's (docs/guide/versions.md): Variable.get_value/set_value and nnx.data are older.
     raise ImportError("optax_pytree.nnx needs flax 0.12.7 or newer; pip install -U flax")
 
-from . import _bind, _flax_serialization, _tree
+from . import _bind, _tree
 from ._bind import is_wrapped
 
-_flax_serialization.register()
+_tree.register_with_flax()
 
 __all__ = ["Hyperparameter", "ModelAndOptimizer", "Optimizer"]
 
