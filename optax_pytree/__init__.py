@@ -1,4 +1,7 @@
-"""optax_pytree: any optax transformation as a JAX pytree of its hyperparameters."""
+"""optax_pytree: any optax transformation as a JAX pytree of its hyperparameters.
+
+How it works, step by step and module by module: ``optax_pytree/ARCHITECTURE.md``.
+"""
 
 import importlib.metadata
 

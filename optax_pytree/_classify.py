@@ -1,4 +1,4 @@
-"""Step 2, classify: each bound argument is a dynamic leaf, a child, or static.
+"""Classify: each bound argument is a dynamic leaf, a child, or static.
 
 - **dynamic**: int (not bool), float, complex, NumPy/JAX numeric arrays and
   scalars; stored as JAX arrays (see ``_leaves``). A dynamic argument is a

@@ -1,4 +1,4 @@
-"""Captured values: what a function holds, what its code reads of it, and how it is rebuilt.
+"""Classify: captured values: what a function holds, what its code reads of it, how it is rebuilt.
 
 Programs write their schedules as closures over the numbers they sweep, most
 often read through the program's configuration object::

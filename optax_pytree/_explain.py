@@ -1,4 +1,4 @@
-"""Why two optimizers do not share a compilation: path by path, with the fix in words.
+"""Feature: why two optimizers do not share a compilation: path by path, with the fix in words.
 
 A sweep that recompiles says little about why: ``jax_explain_cache_misses``
 reports that a static argument (a treedef) differs, not which hyperparameter

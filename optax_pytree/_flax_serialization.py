@@ -1,4 +1,4 @@
-"""flax's serialization (``flax.serialization``, ``flax.training.checkpoints``) of wrapped objects.
+"""Feature: flax's serialization (``flax.serialization``, ``flax.training.checkpoints``) of wrapped objects.
 
 flax serializes any tuple with ``_fields`` as a NamedTuple, field by field,
 and restores it with ``type(target)(**fields)``: that cannot rebuild a

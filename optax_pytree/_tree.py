@@ -1,4 +1,4 @@
-"""Step 4, tree: the wrapped objects, their pytree registration and pickling.
+"""Tree: the wrapped objects, their pytree registration and pickling.
 
 A wrapped object is its spec (aux data) and its leaves (the dynamic
 hyperparameters and children, in signature order). Flattening is on the
