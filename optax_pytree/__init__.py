@@ -1,8 +1,10 @@
-"""optax_pytree: any optax transformation as a JAX pytree of its hyperparameters."""
+"""optax_pytree: any optax transformation as a JAX pytree of its hyperparameters.
+
+How it works, step by step and module by module: ``optax_pytree/ARCHITECTURE.md``.
+"""
 
 import importlib.metadata
 
-from . import _flax_serialization  # noqa: F401 - installs the hook for flax (see the module)
 from ._checkpoint import checkpoint_signature as checkpoint_signature
 from ._checkpoint import restore_checkpoint as restore_checkpoint
 from ._checkpoint import save_checkpoint as save_checkpoint

@@ -1,4 +1,4 @@
-"""Type annotations as text, optax's aliases by name (``optax.ScalarOrSchedule``).
+"""Bind: type annotations as text, optax's aliases by name (``optax.ScalarOrSchedule``).
 
 Used by the stub generator (``_stubs``) for the drop-in's signatures, and by
 ``_classify`` to name an argument's annotation in a message.

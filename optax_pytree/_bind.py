@@ -1,4 +1,4 @@
-"""Step 1, bind: a factory's signature, its public name, and calling it back.
+"""Bind: a factory's signature, its public name, and calling it back.
 
 ``wrap(optax.sgd, 0.1, momentum=0.9)`` binds its arguments to the signature of
 ``optax.sgd``, defaults included, so that every argument has a name (the name

@@ -1,4 +1,4 @@
-"""Step 5, build: a spec and its leaves -> the real optax transformation or schedule.
+"""Build: a spec and its leaves -> the real optax transformation or schedule, under ``jit``.
 
 Called on every ``init``, ``update`` and schedule call, so inside ``jit`` the
 factory runs on tracers: a new learning rate is a new leaf value, not a new

@@ -1,11 +1,11 @@
-"""What a wrapped object carries besides its leaves: the host values of its expressions.
+"""Tree: what a wrapped object carries besides its leaves: the host values of its expressions.
 
-Step 4 of the pipeline, after the analysis: the host values of the
-expressions optax computes in Python (``1 - b2``; Python's precision and
-integers, see ``_guard.Guarded.exact``), kept from the replaced object where
-its arguments did not change, then the object's leaves and ``exact`` child,
-or (from Python numbers, the common case) the pending ones made at first use
-(``_leaves.Pending``).
+Computed by the pipeline (``_pipeline``) once the spec is known, for
+``_tree.new``: the host values of the expressions optax computes in Python
+(``1 - b2``; Python's precision and integers, see ``_guard.Guarded.exact``),
+kept from the replaced object where its arguments did not change, then the
+object's leaves and ``exact`` child, or (from Python numbers, the common
+case) the pending ones made at first use (``_leaves.Pending``).
 """
 
 from __future__ import annotations

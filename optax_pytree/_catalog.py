@@ -1,7 +1,8 @@
-"""Which public names of optax are factories, read from optax itself.
+"""Shared: which public names of optax are factories, read from optax itself.
 
-Used by the drop-in module and by the catalogue test, so that a new optax
-release is covered without editing a list here. A name is a factory when its
+Used by the drop-in module, its stubs (``_stubs``) and the catalogue test, so
+that a new optax release is covered without editing a list here, and by
+``_bind`` to name a factory as optax exports it. A name is a factory when its
 return annotation is a transformation or ``optax.Schedule``; where optax left
 it unannotated, when its docstring's ``Returns:`` section says it returns a
 gradient transformation; and classes whose instances have ``init`` and

@@ -1,4 +1,4 @@
-"""Checking leaves against the guards of their branch, on the host and in traced code.
+"""Analyse: checking leaves against the guards of their branch, on the host and in traced code.
 
 A wrapped object's guards hold for the values it was made with. Where its
 leaves may have changed behind its back (``jax.tree.map``, a traced

@@ -1,4 +1,4 @@
-"""Containers of wrapped values, and a wrapped value's structure: a configuration's children.
+"""Classify: containers of wrapped values, and a wrapped value's structure: a configuration's children.
 
 ``optax.chain(a, b)`` binds the tuple ``(a, b)``; ``optax.named_chain``
 nests strings with them. A :class:`Template` is the static rest of such a

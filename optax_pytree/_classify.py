@@ -1,14 +1,26 @@
-"""Step 2, classify: each bound argument is a dynamic leaf, a child, or static.
+"""Classify: each bound argument is a dynamic leaf, a child, or static.
 
 - **dynamic**: int (not bool), float, complex, NumPy/JAX numeric arrays and
   scalars; stored as JAX arrays (see ``_leaves``). A dynamic argument is a
   *candidate* for detection: the probe may find that the factory needs it as
   a concrete Python value (static) or that it only compares it (guarded).
-- **child**: a wrapped value, or a tuple/list/dict holding wrapped values.
-- **static**: everything else (bool, None, str, dtypes, masks, callables
-  that do not become children), compared by value.
-- a callable that runs as a schedule with the numbers it captures (held, or
-  read through a captured config) becomes a **child** (``_closures``).
+- **child**: a wrapped value, or a tuple/list/dict holding wrapped values;
+  and a callable that ``_closures`` turns into one (below).
+- **static**: everything else (bool, None, str, dtypes, masks, classes, a
+  function that closes over nothing, any callable that does not become a
+  child), compared by value (``_static``).
+
+A callable argument (a function, a bound method, a ``functools.partial``, a
+callable object; also inside a tuple, list or dict) becomes a child when
+``_closures`` can rebuild it from what it captures (cells assigned and never
+written, holding a number, a numeric array, a wrapped object or such a
+callable, directly or read through a captured object such as a config) and
+the object made from it is a schedule, called at a step count, made without
+a warning, that gives a number; or when all it captures are wrapped objects
+and functions. It is made by the ``make_child`` that ``classify`` is handed
+(``_tree.make_child``, through ``_pipeline.make``). Under ``dynamic_only``,
+or with the argument named in ``static_argnames`` or marked :func:`static`,
+the callable stays static.
 
 The user overrides the rules per argument, by name (``static_argnames``,
 ``dynamic_argnames``, ``dynamic_only``) or at the call site by marking the
@@ -165,7 +177,8 @@ def make_options(
 
 
 # Makes the wrapped child of a callable given as an argument from its recipe and captured values
-# (``_closures``), or None where the mechanism does not honour it: the pipeline's, handed down.
+# (``_closures``), or None where the mechanism does not honour it: ``_tree.make_child``, handed to
+# ``_pipeline.make`` by ``_tree.make`` and to :func:`classify` by the pipeline (no import of ``_tree``).
 MakeChild = Callable[[Any, dict[str, Any]], Any]
 
 
@@ -345,8 +358,8 @@ def classify(
 ) -> Classified:
     """The role of each argument, and the keys of the configuration (see :class:`Classified`).
 
-    ``make_child``: how a callable argument becomes a child (``_closures``); None where
-    none may (the mechanism's own calls, ``dynamic_only``).
+    ``make_child``: how a callable argument becomes a child (``_closures``); None: none
+    does (``dynamic_only`` given asks the same).
     """
     if options is NO_OPTIONS:
         out = _classify_common(info, arguments, make_child)

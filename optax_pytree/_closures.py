@@ -1,4 +1,4 @@
-"""Captured values: what a function holds, what its code reads of it, and how it is rebuilt.
+"""Classify: captured values: what a function holds, what its code reads of it, how it is rebuilt.
 
 Programs write their schedules as closures over the numbers they sweep, most
 often read through the program's configuration object::
@@ -808,8 +808,9 @@ class ClosureFactory(ValueObject):
 def child(fn: Any, make: Callable[[Any, dict[str, Any]], Any], freeze: Callable[[Any], Any]) -> Any:
     """The wrapped child a callable given as an argument becomes, or None (see the module).
 
-    ``make(factory, values)`` makes a wrapped object (the pipeline's, handed
-    down by the classification); ``freeze`` keys a static value.
+    ``make(factory, values)`` makes the wrapped object, or None
+    (``_tree.make_child``, handed down through the pipeline and the
+    classification); ``freeze`` keys a static value.
     """
     captured = capture(fn)
     if captured is None:

@@ -1,4 +1,4 @@
-"""The core of a wrapped object: its spec and leaves, and its ``init``/``update``.
+"""Tree: the core of a wrapped object: its spec and leaves, and its ``init``/``update``.
 
 A wrapped transformation is a tuple ``(init, update)`` like every optax
 transformation, and those two are bound methods of its :class:`Core`: no

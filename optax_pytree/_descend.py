@@ -1,4 +1,4 @@
-"""The smallest static part: arguments of a configuration's wrapped children, at any depth.
+"""Analyse: the smallest static part: arguments of a configuration's wrapped children, at any depth.
 
 Where the verification of a configuration (``_pipeline._analyse``) finds a
 difference that stays with every numeric argument of its own static, the

@@ -1,4 +1,4 @@
-"""Detaching the stand-ins from what a factory returned.
+"""Analyse: detaching the stand-ins from what a factory returned.
 
 The probe and every rebuild call the factory with :class:`~optax_pytree._guard.Guarded`
 stand-ins. What it returns closes over them (the cells of ``init`` and

@@ -1,4 +1,4 @@
-"""Step 2c, detect: which numeric arguments a factory needs concrete, and which it guards.
+"""Analyse: the probe: which numeric arguments a factory needs concrete, and which it guards.
 
 Some numeric hyperparameters cannot be leaves: ``optax.lbfgs`` allocates
 ``memory_size`` rows, ``optax.contrib.galore`` slices with ``rank``, the

@@ -1,4 +1,4 @@
-"""The analyses kept on disk: a second process wraps a configuration seen before without probing it.
+"""Spec: the analyses kept on disk: a second process wraps a configuration seen before without probing it.
 
 The first wrap of a configuration probes the factory and verifies the
 result (``_detect``, ``_verify``): three traces of its ``init`` and

@@ -1,4 +1,4 @@
-"""Populations past one process: sweeps on a mesh that spans ``jax.distributed`` processes.
+"""Feature: populations past one process: sweeps on a mesh that spans ``jax.distributed`` processes.
 
 In JAX's multi-controller model every process runs the same program and owns
 the devices of its host; a global ``jax.Array`` is laid out over all of them

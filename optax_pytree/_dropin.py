@@ -1,4 +1,4 @@
-"""The machinery of the drop-in modules ``optax_pytree.optax`` (and its ``contrib``, ``schedules``).
+"""Feature: the machinery of the drop-in modules ``optax_pytree.optax`` (and its ``contrib``, ``schedules``).
 
 Each drop-in module mirrors one optax module, generated from it at import
 time: every name that :func:`optax_pytree._catalog.factory_kind` calls a

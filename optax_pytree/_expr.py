@@ -1,4 +1,4 @@
-"""Expressions over a factory's arguments, and guard keys: what ``_guard`` records.
+"""Analyse: expressions over a factory's arguments, and guard keys: what ``_guard`` records.
 
 An expression is a tuple: ``("arg", name)``, ``("const", value)`` or
 ``(op, *operands)`` with ``op`` one of the operators below. The stand-ins of

@@ -1,4 +1,4 @@
-"""flax's serialization (``flax.serialization``, ``flax.training.checkpoints``) of wrapped objects.
+"""Feature: flax's serialization (``flax.serialization``, ``flax.training.checkpoints``) of wrapped objects.
 
 flax serializes any tuple with ``_fields`` as a NamedTuple, field by field,
 and restores it with ``type(target)(**fields)``: that cannot rebuild a
@@ -7,44 +7,53 @@ its class. flax's registry holds one handler for all NamedTuples, so it is
 replaced by one that restores wrapped objects into the target's static
 configuration and hands every other NamedTuple to flax's own handler.
 
-Registered when first needed: ``optax_pytree.linen``/``nnx`` register at
+Registered once, when first needed: ``optax_pytree.linen``/``nnx`` register at
 import; otherwise the first time a wrapped object's ``_fields`` is read with
-flax loaded (``_tree.set_fields_hook``, set below when the package imports
-this module). Importing optax_pytree does not import flax.
+flax loaded (``_tree.register_with_flax``). Importing optax_pytree does not
+import flax. ``_tree`` imports this module and hands :func:`register` what the
+handlers make wrapped objects with (a :class:`Tree`), so this module does not
+import ``_tree``.
 """
 
 from __future__ import annotations
 
 # pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
+import functools
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from . import _leaves
 from ._bind import is_wrapped
-from ._tree import PyTreeSchedule, PyTreeTransformation, new, set_fields_hook, with_exact
 from ._vocabulary import Role
 
-_registered = False
+
+class Tree(NamedTuple):
+    """What the handlers make wrapped objects with, handed by ``_tree`` (``_tree._FOR_FLAX``)."""
+
+    classes: tuple[type, ...]  # the wrapped classes (transformation, schedule)
+    new: Callable[..., Any]  # ``_tree.new``: an object of a spec, its leaves and carried values
+    with_exact: Callable[[Any, Any], Any]  # ``_tree.with_exact``: with the carried values saved
 
 
-def register(only_if_loaded: bool = False) -> None:
+registered = False  # read by ``_tree`` on every ``_fields``: nothing more to do once True
+
+
+def register(tree: Tree, only_if_loaded: bool = False) -> None:
     """Teaches ``flax.serialization`` wrapped transformations and schedules (once)."""
-    global _registered
-    if _registered:
+    global registered
+    if registered:
         return
     if only_if_loaded and "flax.serialization" not in sys.modules:
         return
-    _registered = True
-    set_fields_hook(None)  # nothing more to do when ``_fields`` is read
+    registered = True
     from flax import serialization
 
-    for cls in (
-        PyTreeTransformation,
-        PyTreeSchedule,
-    ):  # looked up by type (schedules; transformations in other flax versions)
-        serialization.register_serialization_state(cls, _state_dict, _restore, override=True)
+    restore = functools.partial(_restore, tree)
+    for cls in tree.classes:  # looked up by type (schedules; transformations in other flax versions)
+        serialization.register_serialization_state(cls, _state_dict, restore, override=True)
     named_tuple = getattr(serialization, "_NamedTuple", None)
     registry = getattr(serialization, "_STATE_DICT_REGISTRY", None)
     if named_tuple is None or registry is None or named_tuple not in registry:  # pragma: no cover
@@ -55,7 +64,7 @@ def register(only_if_loaded: bool = False) -> None:
         return _state_dict(x) if is_wrapped(x) else to_state_dict(x)
 
     def restore_named_tuple(x: Any, state_dict: Any) -> Any:
-        return _restore(x, state_dict) if is_wrapped(x) else from_state_dict(x, state_dict)
+        return restore(x, state_dict) if is_wrapped(x) else from_state_dict(x, state_dict)
 
     serialization.register_serialization_state(
         named_tuple, named_tuple_state_dict, restore_named_tuple, override=True
@@ -76,7 +85,7 @@ def _state_dict(w: Any) -> dict[str, Any]:
 _EXACT = "exact"
 
 
-def _restore(target: Any, state_dict: Any) -> Any:
+def _restore(tree: Tree, target: Any, state_dict: Any) -> Any:
     """``target``'s static configuration with the saved dynamic arguments.
 
     As flax restores everything: the target gives the structure, the state
@@ -112,17 +121,10 @@ def _restore(target: Any, state_dict: Any) -> Any:
             _leaves.restored_leaf(old, serialization.from_state_dict(old, saved_exact[str(i)], name=str(i)))
             for i, old in enumerate(core.exact)
         )
-    restored = new(spec, tuple(leaves), exact)
+    restored = tree.new(spec, tuple(leaves), exact)
     if spec.guarded and all(np.ndim(leaves[spec.leaf_index[n]]) == 0 for n in spec.guarded):
         # Re-checked: another branch is another configuration.
-        return with_exact(restored.replace(), exact)
+        return tree.with_exact(restored.replace(), exact)
     if spec.carried and exact is None:
         return restored.replace()  # saved without carried values: computed again
     return restored
-
-
-def _on_fields_read() -> None:
-    register(only_if_loaded=True)
-
-
-set_fields_hook(_on_fields_read)

@@ -1,4 +1,4 @@
-"""Step 2b, guard: numeric arguments that a factory only *compares* in Python.
+"""Analyse: numeric arguments that a factory only *compares* in Python: guards, and their stand-ins.
 
 optax decides some things in Python from a hyperparameter's value:
 ``warmup_cosine_decay_schedule`` computes ``0.0 if peak_value == 0.0 else

@@ -1,4 +1,4 @@
-"""The drop-in ``inject_hyperparams``: optax's, returning a factory of pytrees.
+"""Feature: the drop-in ``inject_hyperparams``: optax's, returning a factory of pytrees.
 
 ``optax.inject_hyperparams(optax.adam)`` returns a *factory* (of the inner
 factory's signature) whose transformations keep their numeric

@@ -1,4 +1,4 @@
-"""Analyse and build under jit: a jaxpr interpreted again, with NumPy or with XLA's rewrites of constants.
+"""Build: a jaxpr run again, with XLA's rewrites of constants under jit, or with NumPy (the verification).
 
 Two interpreters of one closed jaxpr, and what they share (:func:`bind`,
 :func:`is_literal`, :func:`sub_jaxprs`):

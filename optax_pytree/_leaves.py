@@ -1,4 +1,4 @@
-"""Numeric hyperparameters: what counts as one, and how it becomes a leaf.
+"""Classify: numeric hyperparameters: what counts as one, and how it becomes a leaf.
 
 A hyperparameter given as a Python float, a NumPy float scalar or a 0-d
 float32 array is one and the same hyperparameter, so all three are stored as

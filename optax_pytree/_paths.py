@@ -1,4 +1,4 @@
-"""Paths to a hyperparameter inside a configuration, for ``grid``: ``"args[1].learning_rate"``.
+"""Feature: paths to a hyperparameter inside a configuration, for ``grid``: ``"args[1].learning_rate"``.
 
 Written as ``jax.tree_util.keystr`` writes a leaf's key path, so a path
 printed from ``jax.tree_util.tree_flatten_with_path(tx)`` is one ``grid``

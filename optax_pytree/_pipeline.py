@@ -1,4 +1,4 @@
-"""Steps 1 to 4 in order: from a factory's arguments to what a wrapped object is made of.
+"""Analyse: the driver from classify to spec: a factory's bound arguments -> what a wrapped object is made of.
 
 ``make`` binds nothing itself (``_bind`` did): it classifies the arguments
 (``_classify``; a callable given as an argument may become a child there,

@@ -1,4 +1,4 @@
-"""The library's own runs of a factory are invisible: no warning, log line or output.
+"""Shared: the library's own runs of a factory are invisible: no warning, log line or output.
 
 The first wrap of a configuration runs the factory, its ``init`` and its
 ``update`` many times (the probe, the verification), and a stateful object

@@ -1,4 +1,4 @@
-"""Step 3, spec: everything static about a wrapped object (its pytree aux data).
+"""Spec: everything static about a wrapped object (its pytree aux data), and the analyses per configuration.
 
 JAX compares the aux data of two treedefs with ``==`` and hashes it to key
 the ``jit`` cache. A :class:`Spec` holds the factory, the role of each

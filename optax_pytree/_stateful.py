@@ -1,4 +1,4 @@
-"""A wrapped transformation and its optimizer state, as one functional pytree.
+"""Feature: a wrapped transformation and its optimizer state, as one functional pytree.
 
 ``wrap`` makes the optimizer a pytree, but the training loop still carries two
 things, the transformation and its state, and keeps them in step by hand. This

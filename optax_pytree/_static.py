@@ -1,4 +1,4 @@
-"""Static (aux-data) values compared by value, unhashable ones and callables included.
+"""Classify: static (aux-data) values compared by value, unhashable ones and callables included.
 
 JAX compares the aux data of two treedefs with ``==`` and hashes it to key the
 ``jit`` cache, so aux data "*must* be static, hashable, immutable objects". A

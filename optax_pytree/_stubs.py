@@ -1,4 +1,4 @@
-"""Type stubs of the drop-in modules, written from optax's own signatures.
+"""Feature: type stubs of the drop-in modules, written from optax's own signatures.
 
 The drop-in modules (``optax_pytree.optax`` and its ``contrib`` and
 ``schedules``) are filled from optax at import time, which no type checker can

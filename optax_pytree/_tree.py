@@ -1,4 +1,4 @@
-"""Step 4, tree: the wrapped objects, their pytree registration and pickling.
+"""Tree: the wrapped objects, their pytree registration and pickling.
 
 A wrapped object is its spec (aux data) and its leaves (the dynamic
 hyperparameters and children, in signature order). Flattening is on the
@@ -21,7 +21,7 @@ import jax
 import numpy as np
 import optax
 
-from . import _bind, _build, _closures, _jaxprs, _leaves
+from . import _bind, _build, _closures, _flax_serialization, _jaxprs, _leaves
 from ._bind import Wrapped
 from ._classify import NO_OPTIONS, Options
 from ._core import Core, Kept
@@ -127,14 +127,14 @@ class _Wrapped(Wrapped):
     # flax's serialization takes the same fields for a NamedTuple's and
     # rebuilds one with ``type(obj)(**fields)``, which cannot carry the static
     # configuration: the first time ``_fields`` is read with flax loaded, a
-    # handler for wrapped objects is registered with flax (see the end of this
-    # module), so ``to_bytes``/``from_bytes`` and checkpoints round-trip them.
+    # handler for wrapped objects is registered with flax
+    # (:func:`register_with_flax`), so ``to_bytes``/``from_bytes`` and
+    # checkpoints round-trip them.
 
     @property
     def _fields(self) -> tuple[str, ...]:
-        hook = on_fields_read
-        if hook is not None:
-            hook()
+        if not _flax_serialization.registered:
+            register_with_flax(only_if_loaded=True)
         return self._core.spec.leaf_names
 
     def _replace(self: _W, **changes: Any) -> _W:
@@ -441,16 +441,13 @@ def _import_pipeline() -> Any:
     return pipeline
 
 
-# Set by ``_flax_serialization`` (imported by the package): called when flax
-# may be about to serialize a wrapped object as a NamedTuple, until it has
-# registered its handler. A hook, so that this module does not import it.
-on_fields_read: Callable[[], None] | None = None
+def register_with_flax(only_if_loaded: bool = False) -> None:
+    """Teaches ``flax.serialization`` the wrapped objects, once (see ``_flax_serialization``).
 
-
-def set_fields_hook(hook: Callable[[], None] | None) -> None:
-    """Sets (or clears) what reading ``_fields`` calls first (see ``on_fields_read``)."""
-    global on_fields_read
-    on_fields_read = hook
+    ``only_if_loaded``: only where flax's serialization is imported already
+    (what reading ``_fields`` asks: importing optax_pytree does not import flax).
+    """
+    _flax_serialization.register(_FOR_FLAX, only_if_loaded)
 
 
 _new_core = object.__new__
@@ -533,6 +530,10 @@ def with_exact(obj: Any, exact: Any) -> Any:
     return new(core.spec, core.leaves, exact, core.python, core.plain)
 
 
+# What flax's handlers make wrapped objects with (``_flax_serialization`` does not import this module).
+_FOR_FLAX = _flax_serialization.Tree((PyTreeTransformation, PyTreeSchedule), new, with_exact)
+
+
 __all__ = [
     "PyTreeSchedule",
     "PyTreeTransformation",
@@ -540,7 +541,7 @@ __all__ = [
     "make",
     "name_of",
     "new",
-    "set_fields_hook",
+    "register_with_flax",
     "spec_of",
     "with_exact",
 ]

@@ -1,4 +1,4 @@
-"""Value objects: compared by a key, hashed once.
+"""Shared: value objects, compared by a key and hashed once.
 
 Several objects of the mechanism are compared by value and looked up in
 caches or compared by JAX on every jitted call (a spec is a treedef's aux

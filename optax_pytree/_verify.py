@@ -1,4 +1,4 @@
-"""Analyse, verification: the wrapped build computes what the factory computes with the Python values.
+"""Analyse: the verification: the wrapped build computes what the factory computes with the Python values.
 
 The probe (``_detect``) sees what a factory does *with* a stand-in: compare
 it, convert it, use it as a shape. It cannot see a decision the factory

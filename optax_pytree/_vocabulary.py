@@ -1,4 +1,4 @@
-"""The words of the mechanism: each a closed set of values, named for what it tells.
+"""Shared: the words of the mechanism: each a closed set of values, named for what it tells.
 
 One module for all of them, imported by the steps that share them, so that
 two vocabularies never share a spelling by accident (a probe mode that gave
@@ -17,7 +17,7 @@ import enum
 
 
 class Role(str, enum.Enum):
-    """What a bound argument is in the wrapped object (step 2, ``_classify``)."""
+    """What a bound argument is in the wrapped object (classify: ``_classify``)."""
 
     DYNAMIC = "dynamic"  # a leaf: a JAX array (or a Python number kept as one)
     CHILD = "child"  # a wrapped object (or a container of them): its leaves are leaves
@@ -42,7 +42,7 @@ class Kind(str, enum.Enum):
 
 
 class Mode(enum.Enum):
-    """How the probe hands a candidate numeric argument to the factory (step 2c, ``_detect``).
+    """How the probe hands a candidate numeric argument to the factory (analyse: the probe, ``_detect``).
 
     From the most dynamic down; a candidate goes down a mode when it fails in
     the one above.

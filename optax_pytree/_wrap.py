@@ -1,11 +1,11 @@
-"""The entry points: any optax factory's result as a JAX pytree.
+"""Wrap: the entry points, any optax factory's result as a JAX pytree.
 
-``wrap`` runs the steps, each in its own module: bind the arguments to the
-factory's signature (``_bind``), classify them (``_classify``), find which
-numeric ones must be static and which are guarded (``_detect``, ``_guard``),
-intern the static configuration (``_spec``), and make the object
-(``_tree``); the object rebuilds the real optax transformation from its
-leaves on every use (``_build``).
+``wrap`` and ``pytree_transformation`` bind the arguments to the factory's
+signature (``_bind``), read the user's options (``_classify.make_options``)
+and hand both to ``_tree.make``, which runs the pipeline (``_pipeline.make``:
+classify, analyse, spec) and makes the object; the object rebuilds the real
+optax transformation from its leaves on every use (``_build``). The path,
+step by step: ``optax_pytree/ARCHITECTURE.md``.
 """
 
 from __future__ import annotations

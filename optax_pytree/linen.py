@@ -34,12 +34,12 @@ try:
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError("optax_pytree.linen needs flax, an optional dependency: pip install flax") from e
 
-from . import _flax_serialization
+from . import _tree
 from ._bind import is_wrapped
 
 __all__ = ["TrainState"]
 
-_flax_serialization.register()
+_tree.register_with_flax()
 
 
 class _Child:

@@ -104,13 +104,14 @@ try:
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError("optax_pytree.nnx needs flax, an optional dependency: pip install flax") from e
 
-if not hasattr(nnx, "data"):  # pragma: no cover - depends on the environment
-    raise ImportError("optax_pytree.nnx needs flax 0.11 or newer (nnx.data); pip install -U flax")
+if not hasattr(nnx, "as_pure"):  # pragma: no cover - depends on the environment
+    # flax 0.12.7's (docs/guide/versions.md): Variable.get_value/set_value and nnx.data are older.
+    raise ImportError("optax_pytree.nnx needs flax 0.12.7 or newer; pip install -U flax")
 
-from . import _bind, _flax_serialization, _tree
+from . import _bind, _tree
 from ._bind import is_wrapped
 
-_flax_serialization.register()
+_tree.register_with_flax()
 
 __all__ = ["Hyperparameter", "ModelAndOptimizer", "Optimizer"]
 
@@ -123,23 +124,12 @@ def _as_variables(tx: Any) -> Any:
     return jax.tree_util.tree_map(Hyperparameter, tx)
 
 
-def _get(v: Any) -> Any:
-    return v.get_value() if hasattr(v, "get_value") else v.value  # flax < 0.12: .value
-
-
-def _set(v: Any, value: Any) -> None:
-    if hasattr(v, "set_value"):
-        v.set_value(value)
-    else:  # flax < 0.12
-        v.value = value
-
-
 def _is_variable(x: Any) -> bool:
     return isinstance(x, nnx.Variable)
 
 
 def _values(tx: Any) -> Any:
-    return jax.tree_util.tree_map(lambda v: _get(v) if _is_variable(v) else v, tx, is_leaf=_is_variable)
+    return jax.tree_util.tree_map(lambda v: v.get_value() if _is_variable(v) else v, tx, is_leaf=_is_variable)
 
 
 class Optimizer(nnx.Optimizer):  # pyright: ignore[reportMissingTypeArgument]
@@ -239,7 +229,7 @@ class Optimizer(nnx.Optimizer):  # pyright: ignore[reportMissingTypeArgument]
         leaves, treedef = jax.tree_util.tree_flatten(new)
         if treedef == jax.tree_util.tree_structure(old):
             for variable, value in zip(jax.tree_util.tree_leaves(self.tx, is_leaf=_is_variable), leaves):
-                _set(variable, value)
+                variable.set_value(value)
             return
         self.tx = nnx.data(_as_variables(new))
 

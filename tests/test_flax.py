@@ -159,15 +159,10 @@ def test_nnx_without_flax_is_a_clear_import_error() -> None:
 # flax.nnx: wrapped objects in flax's own nnx.Optimizer and in nnx modules.
 
 with_state = opx.wrap_transformation_as_pytree_with_state
-# nnx.as_pure came with flax 0.12.7 (nnx.data with 0.11), which needs Python >= 3.11.
-needs_nnx = pytest.mark.skipif(
-    not hasattr(nnx, "as_pure"), reason="needs flax>=0.12.7 (nnx.as_pure, nnx.data), on Python>=3.11"
-)
 # Two steps at each learning rate.
 TWICE = [lr for lr in LEARNING_RATES for _ in range(2)]
 
 
-@needs_nnx
 def test_nnx_stateful_optimizer_as_an_argument_of_nnx_jit() -> None:
     model = MLP(nnx.Rngs(0))
     opt = with_state(optax.adam, learning_rate=LEARNING_RATES[0]).init(nnx_params(model))
@@ -189,7 +184,6 @@ def test_nnx_stateful_optimizer_as_an_argument_of_nnx_jit() -> None:
     assert_tree_allclose(nnx_params(model), train_with_flax(TWICE)[0], rtol=1e-4, atol=1e-5)
 
 
-@needs_nnx
 def test_nnx_stateful_optimizer_held_as_nnx_data() -> None:
     class Trainer(nnx.Module):
         def __init__(self, model: Any, opt: Any):
@@ -217,7 +211,6 @@ def test_nnx_stateful_optimizer_held_as_nnx_data() -> None:
     assert_tree_allclose(nnx_params(trainer.model), train_with_flax(TWICE)[0], rtol=1e-4, atol=1e-5)
 
 
-@needs_nnx
 def test_nnx_optimizer_with_its_tx_made_nnx_data() -> None:
     model = MLP(nnx.Rngs(0))
     tx = opx.wrap(optax.adam, learning_rate=LEARNING_RATES[0])
@@ -257,7 +250,6 @@ def _hijax_one_step(optimizer_class: Any, tx: Any) -> Any:
     return nnx_params(model)
 
 
-@pytest.mark.skipif(not hasattr(nnx, "var_defaults"), reason="hijax Variables: flax>=0.12")
 def test_nnx_optimizer_with_hijax_variables_under_jax_jit() -> None:
     # flax's mutable_array_test.py::TestOptimizer::test_optimize_hijax with the drop-in.
     # Hijax Variables are JAX types of their own: under jax.jit the optimizer's

@@ -25,8 +25,13 @@ Differences from optax:
   ``optax.MultiSteps`` it builds), and ``isinstance(x, optax.MultiSteps)``
   raises ``TypeError``. Test ``x.factory is MultiSteps`` with plain optax's
   class instead (``x.build()`` is the plain transformation).
-- Arguments cannot be forced static or dynamic through the drop-in
-  signatures; use ``optax_pytree.wrap(optax.adam, ..., static_argnames=...)``.
+- The signatures are optax's: they take no ``static_argnames``,
+  ``dynamic_argnames`` or ``dynamic_only``. Force an argument static or
+  dynamic by marking its value at the call site:
+  ``optax.adam(1e-3, b2=optax_pytree.static(0.999))`` (or
+  ``optax_pytree.dynamic(...)``). The options themselves are taken by
+  ``optax_pytree.wrap(optax.adam, ..., static_argnames=...)`` and by
+  ``optax_pytree.pytree_transformation(static_argnames=...)(optax.adam)``.
 - Submodules other than ``contrib`` and ``schedules`` (``optax.transforms``,
   ``optax.tree_utils``, ...) are optax's own: their factories return plain
   transformations. Use the top-level names (``optax.freeze``, ...).
