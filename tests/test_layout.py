@@ -66,16 +66,20 @@ def _modules() -> dict[str, Path]:
     return out
 
 
+def _from_target(node: ast.ImportFrom, package: str) -> str:
+    """The absolute module a ``from ... import`` reads, in ``package``."""
+    if not node.level:
+        return node.module or ""
+    base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+    return f"{base}.{node.module}" if node.module else base
+
+
 def _imports(name: str, path: Path, known: set[str]) -> set[str]:
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
-                target = f"{base}.{node.module}" if node.module else base
-            else:
-                target = node.module or ""
+            target = _from_target(node, package)
             candidates = [target] + [f"{target}.{a.name}" for a in node.names]
         elif isinstance(node, ast.Import):
             candidates = [a.name for a in node.names]
@@ -180,11 +184,7 @@ def _hooks(name: str, path: Path, known: set[str]) -> list[str]:
     members: set[str] = set()  # local names of things imported from package modules
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
-                target = f"{base}.{node.module}" if node.module else base
-            else:
-                target = node.module or ""
+            target = _from_target(node, package)
             for a in node.names:
                 local = a.asname or a.name
                 if f"{target}.{a.name}" in known:
