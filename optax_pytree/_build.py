@@ -28,6 +28,7 @@ import optax
 from . import _bind, _checks, _detach, _expr, _guard, _leaves, _quiet
 from ._bind import is_wrapped
 from ._caches import cache
+from ._leaves import Exact, Leaves
 from ._spec import Spec
 from ._vocabulary import Kind, Phase, Role
 
@@ -84,7 +85,7 @@ def arguments(spec: Spec, leaves: tuple[Any, ...], build_children: bool) -> dict
     return {name: argument(spec, leaves, name, build_children) for name in spec.roles}
 
 
-def build_raw(spec: Spec, leaves: tuple[Any, ...], exact: Any = None) -> Any:
+def build_raw(spec: Spec, leaves: Leaves, exact: Exact = None) -> Any:
     """What the factory returns, as it returns it (stand-ins detached)."""
     return _call(spec, leaves, exact)[0]
 
@@ -103,7 +104,7 @@ def _as_array(x: Any) -> Any:
     return x
 
 
-def fresh(spec: Spec, leaves: tuple[Any, ...], exact: Any) -> Any:
+def fresh(spec: Spec, leaves: Leaves, exact: tuple[jax.Array, ...]) -> Any:
     """Whether the leaves are those the carried values were computed from (a bool, or traced)."""
     values = [_as_array(leaves[spec.leaf_index[n]]) for n in spec.carried_names]
     stored = _leaves.exact_values(tuple(_as_array(x) for x in exact), spec.carried_dtypes)[-1]
@@ -113,7 +114,7 @@ def fresh(spec: Spec, leaves: tuple[Any, ...], exact: Any) -> Any:
     return bool(np.array_equal(now, np.asarray(stored)))
 
 
-def carried(spec: Spec, leaves: tuple[Any, ...], exact: Any) -> dict[Any, tuple[Any, Any]]:
+def carried(spec: Spec, leaves: Leaves, exact: Exact) -> dict[Any, tuple[Any, Any]]:
     """Expression -> (its host value, whether the leaves it was computed from are unchanged).
 
     Host values weakly typed, as the Python numbers they stand for (bf16
@@ -147,7 +148,7 @@ def _weak_scalar(x: Any) -> Any:
     return _leaves.weak(jnp.asarray(x))
 
 
-def _call(spec: Spec, leaves: tuple[Any, ...], exact: Any = None) -> tuple[Any, Any]:
+def _call(spec: Spec, leaves: Leaves, exact: Exact = None) -> tuple[Any, Any]:
     """(what the factory returned, the traced guard check or None)."""
     values = arguments(spec, leaves, build_children=True)
     ok = ctx = None
@@ -190,7 +191,7 @@ def _check(spec: Spec, host: dict[str, Any]) -> None:
     )
 
 
-def build(spec: Spec, leaves: tuple[Any, ...], exact: Any = None) -> Any:
+def build(spec: Spec, leaves: Leaves, exact: Exact = None) -> Any:
     """The plain optax transformation (``MultiSteps`` unwrapped) or schedule."""
     built, ok = _call(spec, leaves, exact)
     if spec.kind is Kind.TRANSFORMATION:

@@ -156,7 +156,7 @@ def exact_child(hosts: Any, of: list[Any], dtypes: tuple[str, ...]) -> tuple[Any
     return tuple(weak(jnp.asarray(xp.stack(xp.broadcast_arrays(*column), axis=-1))) for column in columns)
 
 
-def exact_values(exact: Any, dtypes: tuple[str, ...]) -> list[Any]:
+def exact_values(exact: tuple[jax.Array, ...], dtypes: tuple[str, ...]) -> list[Any]:
     """The values of an ``exact`` child, in the order :func:`exact_child` took them."""
     _, slots = exact_layout(dtypes)
     # Concrete: read on the host (indexing a JAX array is an XLA program).

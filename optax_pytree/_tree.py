@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 import operator
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 import jax
@@ -501,7 +501,7 @@ def _rebuild(
     static_argnames: tuple[str, ...],
     dynamic_argnames: tuple[str, ...],
     dynamic_only: tuple[str, ...] | None = None,
-    exact: Any = None,
+    exact: Sequence[Any] | None = None,
 ) -> Any:
     if isinstance(factory, _bind.FactoryRef):
         factory = factory.factory
@@ -515,11 +515,12 @@ def _rebuild(
     return with_exact(obj, exact)
 
 
-def with_exact(obj: Any, exact: Any) -> Any:
+def with_exact(obj: Any, exact: Sequence[Any] | None) -> Any:
     """``obj`` with the carried host values it was saved with, where they are its leaves' (not stale).
 
     Rebuilt from its leaves alone, an object computes them from float32
-    values, not from the Python numbers it was made from.
+    values, not from the Python numbers it was made from. ``exact`` as a
+    checkpoint restored it: its vectors as host or device arrays, or None.
     """
     core = obj._core
     if exact is None or core.exact is None or len(exact) != len(core.exact):
