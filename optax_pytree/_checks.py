@@ -29,6 +29,7 @@ from ._expr import (
     CONST,
     REFLECTED,
     UNARY,
+    Expr,
     Fits,
     Guards,
     Key,
@@ -70,7 +71,7 @@ def _exact(value: Any) -> Any:
     return value
 
 
-def _ops(expr: Any) -> set[str]:
+def _ops(expr: object) -> set[str]:  # an Expr, or one of its operands (a name, a number)
     if not isinstance(expr, tuple) or not expr or expr[0] in (ARG, CONST):
         return set()
     return {expr[0]}.union(*(_ops(e) for e in expr[1:]))
@@ -190,7 +191,7 @@ def _traced_key(key: Key, env: Mapping[str, Any]) -> Any:
     return _traced_compare(key.op, compile_expr(key.lhs)(env), compile_expr(key.rhs)(env))
 
 
-def _estimate(expr: Any, env: Mapping[str, Any]) -> Any:
+def _estimate(expr: Expr, env: Mapping[str, Any]) -> Any:
     """An integer expression of traced leaves in float32: no wrap-around, so out of range shows.
 
     Its bitwise parts that cannot leave the range of their operands (``&``,

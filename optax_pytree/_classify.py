@@ -304,6 +304,7 @@ def check_value(info: FactoryInfo, name: str, value: Any) -> None:
 
 
 _NO_DEFAULT = object()
+NO_KEY = ConfigKey(())  # a Classified's keys until classification sets them
 
 
 class Classified:
@@ -330,11 +331,11 @@ class Classified:
         self.candidates: list[str] = []  # numeric arguments for detection and guards
         self.forced: list[str] = []  # numeric arguments forced dynamic (no detection)
         self.wide: list[str] = []  # Python integers beyond the range of an integer leaf: static
-        self.key: Any = ()  # the configuration: what its spec is made of (a ``ConfigKey``)
+        self.key = NO_KEY  # the configuration: what its spec is made of
         # The configuration and what a factory may decide about a value besides
         # comparing it (its Python type, whether it is the default object):
         # the analyses are cached, and verified, per analysis key.
-        self.analysis_key: Any = ()
+        self.analysis_key = NO_KEY
         self.python_numbers = True  # every candidate a Python number, nothing forced dynamic (no tracer)
         self.children: list[str] = []  # the arguments whose role is CHILD
         self.options: Options = NO_OPTIONS

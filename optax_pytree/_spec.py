@@ -30,7 +30,7 @@ from ._caches import clear_caches as clear_caches  # the name benchmarks/versus.
 from ._children import Template
 from ._classify import Classified, Options, Roles, factory_key
 from ._leaves import is_tracer, value_as_given, value_as_static
-from ._value import ValueObject
+from ._value import ConfigKey, ValueObject
 from ._vocabulary import Kind, Level, Mode, Role
 
 
@@ -199,7 +199,7 @@ class Spec(ValueObject):
     ):
         self.info = info
         self.analysis = analysis  # what it was made from (not part of the key)
-        self.config_key: Any = None
+        self.config_key: ConfigKey | None = None
         self.kind = analysis.kind
         self.names = tuple(roles)
         self.roles = roles
@@ -272,12 +272,12 @@ _SPEC_OF = cache("(configuration key, Analysis) -> interned spec", 8192)
 _MAX_BRANCHES = 64
 
 
-def analyses(key: Any) -> list[Analysis]:
+def analyses(key: ConfigKey) -> list[Analysis]:
     found = _ANALYSES.get(key)
     return [] if found is None else found
 
 
-def remember(key: Any, analysis: Analysis) -> None:
+def remember(key: ConfigKey, analysis: Analysis) -> None:
     found = _ANALYSES.setdefault(key, [])
     with _ANALYSES.lock:
         found.append(analysis)
@@ -290,11 +290,11 @@ def remember(key: Any, analysis: Analysis) -> None:
 _PLANNED = cache("analysis key -> its spec, where nothing of the values decides the analysis", 4096)
 
 
-def planned(key: Any) -> Spec | None:
+def planned(key: ConfigKey) -> Spec | None:
     return _PLANNED.get(key)
 
 
-def plan(key: Any, spec: Spec) -> None:
+def plan(key: ConfigKey, spec: Spec) -> None:
     """Remembers ``spec`` for ``key`` if its analysis is the first of the key's and decides nothing."""
     analysis = spec.analysis
     if analysis.decides:
@@ -335,12 +335,12 @@ def spec_for(info: FactoryInfo, classified: Classified, analysis: Analysis) -> S
 _VERIFIED_STATIC = cache("configuration key -> the arguments the verification found static", 4096)
 
 
-def verified_static(key: Any) -> tuple[str, ...]:
+def verified_static(key: ConfigKey) -> tuple[str, ...]:
     found = _VERIFIED_STATIC.get(key)
     return () if found is None else found
 
 
-def remember_verified_static(key: Any, names: tuple[str, ...]) -> None:
+def remember_verified_static(key: ConfigKey, names: tuple[str, ...]) -> None:
     _VERIFIED_STATIC.set(key, names)  # grows as bisection finds each argument
 
 
@@ -350,11 +350,11 @@ def remember_verified_static(key: Any, names: tuple[str, ...]) -> None:
 _DEGRADED = cache("analysis key -> (the arguments made static, why, the children's made static)", 1024)
 
 
-def degraded(key: Any) -> tuple[tuple[str, ...], str, tuple[Any, ...]] | None:
+def degraded(key: ConfigKey) -> tuple[tuple[str, ...], str, tuple[Any, ...]] | None:
     return _DEGRADED.get(key)
 
 
-def remember_degraded(key: Any, found: tuple[tuple[str, ...], str, tuple[Any, ...]]) -> None:
+def remember_degraded(key: ConfigKey, found: tuple[tuple[str, ...], str, tuple[Any, ...]]) -> None:
     _DEGRADED.set(key, found)
 
 
