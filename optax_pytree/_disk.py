@@ -43,6 +43,7 @@ from __future__ import annotations
 # pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 import dataclasses
 import enum
+import functools
 import hashlib
 import io
 import marshal
@@ -88,8 +89,37 @@ def directory() -> str | None:
 # Which code a module is.
 
 
-def _is_installed(path: str) -> bool:
-    return "site-packages" in path or "dist-packages" in path
+def _is_installed(path: str, top: str | None = None) -> bool:
+    """Whether a module's file is an installed package's: in a ``site-packages`` folder, or in
+    one beside its wheel's record (``pip install --target DIR``, a folder on ``PYTHONPATH``)."""
+    if "site-packages" in path or "dist-packages" in path:
+        return True
+    if top is None:
+        return False
+    parts = os.path.normpath(path).split(os.sep)
+    # The folder that holds the top-level package (``DIR/top/...``) or module (``DIR/top.py``).
+    where = [i for i, part in enumerate(parts[:-1]) if part == top] or [len(parts) - 1]
+    return top in _installed_beside(os.sep.join(parts[: where[-1]]) or os.sep)
+
+
+@functools.cache
+def _installed_beside(folder: str) -> frozenset[str]:
+    """The top-level names the wheels recorded in ``folder`` (``*.dist-info/RECORD``) installed."""
+    found: set[str] = set()
+    try:
+        entries = [e for e in os.listdir(folder) if e.endswith(".dist-info")]
+    except OSError:
+        return frozenset()
+    for entry in entries:
+        try:
+            with open(os.path.join(folder, entry, "RECORD"), encoding="utf-8") as record:
+                for line in record:
+                    first = line.split(",", 1)[0].split("/", 1)[0]
+                    if first and not first.endswith((".dist-info", ".data")):
+                        found.add(first.removesuffix(".py"))
+        except OSError:
+            continue
+    return frozenset(found)
 
 
 def _stdlib_tops() -> frozenset[str]:
@@ -113,7 +143,7 @@ def _kind_of(name: str) -> str:
         if top == "__main__":
             raise _Unstable("__main__ has no file (a notebook, a REPL)")
         return "version"  # a built-in module
-    return "installed" if _is_installed(path) else "program"
+    return "installed" if _is_installed(path, top) else "program"
 
 
 _groups_seen: tuple[int, dict[str, list[tuple[str, Any]]]] = (-1, {})
@@ -162,7 +192,7 @@ def _program_tops() -> list[str]:
         for _, module in members:
             path = getattr(module, "__file__", None)
             if isinstance(path, str):
-                if not _is_installed(path) and not path.startswith(sys.base_prefix):
+                if not _is_installed(path, top) and not path.startswith(sys.base_prefix):
                     tops.append(top)
                 break
     return sorted(tops)
@@ -275,6 +305,8 @@ def _environment(form: _Form) -> None:
     settings = ("jax_enable_x64", "jax_default_matmul_precision", "jax_numpy_dtype_promotion")
     versions = [str(getattr(sys.modules.get(top), "__version__", None)) for top in sorted(_BY_VERSION)]
     form.add((sys.version, *versions, *(str(getattr(config, name, None)) for name in settings)))
+    # What the backend's compiler does with constants decides some analyses (``_backends``).
+    form.add(("backend", jax.default_backend()))
 
 
 def digest(classified: Classified) -> str | None:

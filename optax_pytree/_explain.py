@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from . import _expr, _leaves, _spec, _static
+from . import _backends, _expr, _leaves, _spec, _static
 from ._bind import is_plain_transformation, is_wrapped
 from ._classify import factory_key
 from ._spec import Spec
@@ -485,13 +485,14 @@ def _role_difference(a: Any, b: Any, name: str, at: str) -> Cause:
         spec, value = statics[0]
         reason = why_static(spec, name, value)
         other = spec_b if spec is spec_a else spec_a
-        if name in other.analysis.exponents and value in _expr.SPECIALIZED_EXPONENTS:
+        if name in other.analysis.exponents and _backends.specializes_exponent(value):
             return Cause(
                 at,
                 what,
                 f"{spec.info.name} raises to this power, and plain optax's program specializes the "
-                "powers 2.0, 3.0, 0.5 and -1.0 (x ** 2.0 is x * x): those values are static, each its "
-                "own compilation; any other value is a dynamic leaf, all of them one compilation",
+                f"power by this constant on this backend ({_backends.specialized_exponents_text()}; "
+                "x ** 2.0 is x * x): those values are static, each its own compilation; any other "
+                "value is a dynamic leaf, all of them one compilation",
             )
         if reason.chosen:
             return Cause(at, what, reason.fix)

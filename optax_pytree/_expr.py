@@ -102,14 +102,6 @@ Key = Compare | Truth | Fits  # a guard key: one Python decision
 Guards = tuple[tuple[Key, bool], ...]  # a branch: each decision the factory made, and its outcome
 
 
-# The exponents XLA computes a power by otherwise when they are constants of
-# the program (``x ** 2.0`` becomes ``x * x``; measured on CPU: a power by a
-# runtime 2.0, 3.0, 0.5 or -1.0 differs in the last bit, by 1.0, 4.0, -0.5,
-# 1.5, ... does not). An argument that is a power's exponent is static at
-# these values (``_verify``; ``Analysis.exponents`` for later values).
-SPECIALIZED_EXPONENTS = frozenset((2.0, 3.0, 0.5, -1.0))
-
-
 def names_in(expr: Expr) -> frozenset[str]:
     """The arguments an expression depends on."""
     kind = expr[0]

@@ -48,6 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from . import _backends
 from ._leaves import is_key, is_tracer
 
 if TYPE_CHECKING:  # JAX's own types of a program (``jax.extend.core``), for the reader and pyright
@@ -136,7 +137,9 @@ def call(fn: Callable[..., Any], hyper: Any, *args: Any, **kwargs: Any) -> Any:
         return fn(hyper, *args, **kwargs)
     out_tree = jax.tree_util.tree_structure(shapes)
     derived = [True] * n + [False] * len(where)
-    outs, _ = _rewritten(closed.jaxpr, closed.consts, inputs, derived)
+    # A concrete leaf (the object closed over) is a constant of the program, as in plain optax.
+    live = [is_tracer(x) for x in hyper_flat] + [False] * len(where)
+    outs, _, _ = _rewritten(closed.jaxpr, closed.consts, inputs, derived, live)
     return jax.tree_util.tree_unflatten(out_tree, outs)
 
 
@@ -145,11 +148,14 @@ def _is_array(x: Any) -> bool:
 
 
 def _rewritten(
-    jaxpr: Jaxpr, consts: list[Any], args: list[Any], derived_in: list[bool]
-) -> tuple[list[Any], list[bool]]:
-    """The outputs of ``jaxpr``, and which are values of the hyperparameters alone."""
+    jaxpr: Jaxpr, consts: list[Any], args: list[Any], derived_in: list[bool], live_in: list[bool]
+) -> tuple[list[Any], list[bool], list[bool]]:
+    """The outputs of ``jaxpr``; which are values of the hyperparameters (and constants) alone;
+    and which of those depend on a traced hyperparameter (*live*: an argument of the program,
+    where plain optax has a constant; the others are constants of both programs)."""
     env: dict[Any, Any] = {}
     derived: set[Any] = set()
+    live: set[Any] = set()
 
     def read(v: Any) -> Any:
         return v.val if is_literal(v) else env[v]
@@ -161,21 +167,25 @@ def _rewritten(
         env[v] = x
         if not is_tracer(x):  # a constant of the program, in the plain one too
             derived.add(v)
-    for v, x, d in zip(jaxpr.invars, args, derived_in):
+    for v, x, d, a in zip(jaxpr.invars, args, derived_in, live_in):
         env[v] = x
         if d:
             derived.add(v)
+        if a:
+            live.add(v)
     # A product of a value and a constant, as (value, constant): XLA
     # reassociates ``(A * C1) * C2`` into ``A * (C1 * C2)``.
     products: dict[Any, tuple[Any, Any]] = {}
     for eqn in jaxpr.eqns:
         inputs = [read(v) for v in eqn.invars]
         flags = [is_derived(v) for v in eqn.invars]
+        lives = [not is_literal(v) and v in live for v in eqn.invars]
         name = eqn.primitive.name
         is_float = _is_float(aval(eqn.outvars[0]).dtype) if eqn.outvars else False
+        out_live = [all(flags) and any(lives)] * len(eqn.outvars)
         if is_float and name in ("div", "mul") and flags[1] != flags[0] and (name == "mul" or flags[1]):
-            if name == "div":  # A / C => A * (1 / C)
-                value, constant = inputs[0], lax.div(jnp.ones_like(inputs[1]), inputs[1])
+            if name == "div":  # A / C => A * (1 / C), the reciprocal as the backend folds it
+                value, constant = inputs[0], _backends.lowered(lambda t: t.reciprocal, inputs[1])
                 inner = products.get(eqn.invars[0]) if not is_literal(eqn.invars[0]) else None
             else:
                 i = 0 if flags[1] else 1  # the operand that is not a constant
@@ -186,18 +196,49 @@ def _rewritten(
             outputs = [lax.mul(value, constant)]
             products[eqn.outvars[0]] = (value, constant)
             out_flags = [False]
+        elif is_float and name == "pow" and lives[0] and not flags[1]:
+            # A constant base: the backend's compiler may fold part of the power.
+            outputs = [_backends.lowered(_power_of_constant_base, *inputs)]
+            out_flags = [False]
         elif name in INLINED and "jaxpr" in eqn.params:
             inner = eqn.params["jaxpr"]
-            outputs, out_flags = _rewritten(inner.jaxpr, list(inner.consts), inputs, flags)
+            outputs, out_flags, out_live = _rewritten(inner.jaxpr, list(inner.consts), inputs, flags, lives)
+        elif is_float and name in _FOLDED and all(flags) and any(lives):
+            # Constants alone: folded by XLA on the host, correctly rounded.
+            outputs = [_backends.lowered(_folded(eqn), *inputs)]
+            out_flags = [not eqn.effects]
         else:
             out = bind(eqn, inputs)
             outputs = list(out) if eqn.primitive.multiple_results else [out]
             out_flags = [all(flags) and not eqn.effects] * len(outputs)
-        for v, x, d in zip(eqn.outvars, outputs, out_flags):
+        for v, x, d, a in zip(eqn.outvars, outputs, out_flags, out_live):
             env[v] = x
             if d:
                 derived.add(v)
-    return [read(v) for v in jaxpr.outvars], [is_derived(v) for v in jaxpr.outvars]
+                if a:
+                    live.add(v)
+    outs = jaxpr.outvars
+    out_live = [not is_literal(v) and v in live for v in outs]
+    return [read(v) for v in outs], [is_derived(v) for v in outs], out_live
+
+
+# The primitives of constants alone some backend folds otherwise than its device computes them.
+_FOLDED = frozenset().union(*(t.folded for t in _backends.TABLE.values()))
+
+
+def _power_of_constant_base(treatment: _backends.Treatment) -> Callable[[Any, Any], Any]:
+    return treatment.power_of_constant_base or lax.pow
+
+
+def _folded(eqn: JaxprEqn) -> Callable[[_backends.Treatment], Callable[..., Any]]:
+    def for_backend(treatment: _backends.Treatment) -> Callable[..., Any]:
+        def run(*xs: Any) -> Any:
+            out = treatment.folded_value(eqn.primitive.name, list(xs))
+            return bind(eqn, list(xs)) if out is None else out
+
+        return run
+
+    return for_backend
 
 
 def _is_float(dtype: Any) -> bool:

@@ -23,7 +23,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from . import _checks, _expr, _leaves, _static
+from . import _backends, _checks, _expr, _leaves, _static
 from ._bind import FactoryInfo
 from ._caches import cache
 from ._caches import clear_caches as clear_caches  # the name benchmarks/versus.py looks up
@@ -72,8 +72,9 @@ class Analysis:
     evaluated on the host when an object is made, and carried as its leaves."""
     exponents: tuple[str, ...] = ()
     """Leaves that are a power's exponent (found by the verification): plain optax's program
-    specializes a power by 2.0, 3.0, 0.5 or -1.0, a leaf's cannot, so those values are not
-    this analysis' (see :meth:`matches`)."""
+    specializes a power by some constants (the backend's, ``_backends.specializes_exponent``:
+    2.0, 3.0, 0.5 or -1.0 on the CPU), a leaf's cannot, so those values are not this
+    analysis' (see :meth:`matches`)."""
 
     @classmethod
     def of(
@@ -125,7 +126,7 @@ class Analysis:
             return False
         for n in self.exponents:
             value = value_as_given(values[n])
-            if value is not None and value in _expr.SPECIALIZED_EXPONENTS:
+            if value is not None and _backends.specializes_exponent(value):
                 return False
         if not self.guards:
             return True

@@ -27,8 +27,9 @@ differential execution, all of it here:
   the same operations that XLA does not round correctly
   (:func:`approximate_ops`: ``exp``, ``pow``, ...), which the NumPy
   evaluation cannot tell apart; a ``pow`` whose exponent plain optax has as
-  a constant XLA specializes (2.0, 3.0, 0.5, -1.0: ``x ** 2.0`` becomes
-  ``x * x``) and the wrapped build has as a leaf is reported as such, and
+  a constant XLA specializes (the backend's, ``_backends.specializes_exponent``:
+  2.0, 3.0, 0.5, -1.0 on the CPU; ``x ** 2.0`` becomes ``x * x``) and the
+  wrapped build has as a leaf is reported as such, and
   the argument feeding it (:func:`exponent_inputs`) is static at those
   values. It returns the analysis verified (a new record, with what the
   comparison learned) or a :class:`Difference`, whose ``kind``
@@ -62,10 +63,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _bind, _build, _carry, _leaves, _spec
+from . import _backends, _bind, _build, _carry, _leaves, _spec
 from ._build import as_transformation
 from ._classify import Classified
-from ._expr import SPECIALIZED_EXPONENTS
 from ._jaxprs import evaluate, is_literal, sub_jaxprs
 from ._spec import Analysis
 from ._vocabulary import Differs, Kind, Level, Role
@@ -245,7 +245,7 @@ def approximate_ops(closed: ClosedJaxpr, params: Any = None) -> dict[str, Any]:
     counts), not hyperparameters.
 
     With, for ``pow``, which exponents are constants XLA specializes (see
-    ``_expr.SPECIALIZED_EXPONENTS``): a hyperparameter leaf as the exponent would
+    ``_backends.specializes_exponent``): a hyperparameter leaf as the exponent would
     not get that, so where the factory's own program has one, the wrapped
     one must have it too (the argument is then static).
     """
@@ -269,7 +269,16 @@ def approximate_ops(closed: ClosedJaxpr, params: Any = None) -> dict[str, Any]:
                 value = exponent.val if is_literal(exponent) else consts.get(id(exponent))
                 exponents.append(value is not None and _specialized(value))
             for inner, inner_consts in sub_jaxprs(eqn):
-                walk(inner, dict(zip(map(id, inner.constvars), inner_consts)))
+                known = dict(zip(map(id, inner.constvars), inner_consts))
+                # A constant handed to the sub-program as an operand (a cond's, a scan's, a
+                # nested jit's) is a constant there too: plain optax's 2.0 reaches a pow in a branch.
+                operands = eqn.invars[1:] if eqn.primitive.name == "cond" else eqn.invars
+                if len(inner.invars) == len(operands):
+                    for a, b in zip(inner.invars, operands):
+                        value = b.val if is_literal(b) else consts.get(id(b))
+                        if value is not None:
+                            known[id(a)] = value
+                walk(inner, known)
 
     # The hyperparameters' own values: the inputs (leaves) and the constants
     # of the program (what the factory computed from them in Python), but
@@ -329,8 +338,7 @@ def exponent_inputs(closed: ClosedJaxpr) -> frozenset[int]:
 
 
 def _specialized(value: Any) -> bool:
-    x = np.asarray(value)
-    return x.size > 0 and bool(np.all(np.isin(x, list(SPECIALIZED_EXPONENTS))))
+    return _backends.specializes_exponent(value)
 
 
 def where_differs(reference: Any, got: Any, exact: bool = False, rtol: float = 1e-4) -> str | None:
