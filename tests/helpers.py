@@ -36,7 +36,10 @@ def version(module: Any) -> tuple[int, ...]:
 # NOT_BIT_FOR_BIT_UNDER_JIT, the composition matrix's MultiSteps pairs) are
 # those seen on the CPUs CI has run on, each proven bit for bit with
 # NO_XLA_CONSTANT_REWRITES.
-BIT_FOR_BIT_UNDER_JIT = version(jax)[:2] == (0, 10)
+# The backend the tests run on: what XLA does with constants differs by backend
+# (optax_pytree/_backends.py), so do the lists of exceptions, measured on each.
+BACKEND = jax.default_backend()
+BIT_FOR_BIT_UNDER_JIT = version(jax)[:2] == (0, 10) and BACKEND in ("cpu", "tpu")
 
 # XLA flags under which XLA rewrites nothing around constants: no FMA (the
 # SSE4.2 instruction set has none) and no algebraic simplifier. A listed
@@ -238,10 +241,31 @@ def run_in_warm_python(script: str, timeout: int = 300, **env_vars: str) -> str:
     (a JAX backend of its own, compilations from nothing), not its first imports."""
     import warm_python
 
-    env = {**os.environ, **env_vars, "PYTHONPATH": _with_tests_on_path()}
+    env = child_environment(**env_vars)
     result = warm_python.run(["-c", textwrap.dedent(script)], env=env, timeout=timeout)
     assert result.returncode == 0, result.stdout + result.stderr[-4000:]
     return result.stdout
+
+
+def child_environment(**env_vars: str) -> dict[str, str]:
+    """The environment of a child process of the tests: this one's, the tests' folder on its path,
+    JAX on the CPU (``warm_python.on_the_cpu``: the parent may hold a TPU), ``env_vars`` added."""
+    import warm_python
+
+    return {**warm_python.on_the_cpu(os.environ), "PYTHONPATH": _with_tests_on_path(), **env_vars}
+
+
+def sockets_available() -> bool:
+    """Whether this machine lets a process open a TCP socket on the loopback (``jax.distributed``'s
+    coordinator, a PostgreSQL server need one; a sandboxed accelerator machine may refuse it)."""
+    import socket
+
+    try:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+        return True
+    except OSError:
+        return False
 
 
 def _with_tests_on_path() -> str:
@@ -254,7 +278,7 @@ def run_in_fresh_python(script: str, timeout: int = 300, **env_vars: str) -> str
     For what one process can show only once (first imports, JAX flags). The
     tests' folder is on its path (``from helpers import ...``).
     """
-    env = {**os.environ, **env_vars, "PYTHONPATH": _with_tests_on_path()}
+    env = child_environment(**env_vars)
     result = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(script)],
         env=env,

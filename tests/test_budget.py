@@ -17,6 +17,7 @@ import subprocess
 import sys
 
 import pytest
+from warm_python import on_the_cpu
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -47,7 +48,7 @@ def _default_selection(config: pytest.Config) -> tuple[list[str], set[str]]:
     )
     if whole:
         return list(config.stash[conftest.SELECTED]), set(conftest.SKIPPED_FILES)
-    env = {k: v for k, v in os.environ.items() if k != conftest.EXHAUSTIVE_ENV}
+    env = {k: v for k, v in on_the_cpu(os.environ).items() if k != conftest.EXHAUSTIVE_ENV}
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "--collect-only", "-q", "-rs", "-p", "no:cacheprovider", "-n", "0"],
         cwd=ROOT,

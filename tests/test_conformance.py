@@ -22,6 +22,7 @@ import optax._src.alias
 import optax.contrib
 import optax.schedules
 import pytest
+from warm_python import on_the_cpu
 
 import optax_pytree
 import optax_pytree.optax as dropin_optax
@@ -157,7 +158,7 @@ def test_the_plugin_records_each_outcome(tmp_path: pathlib.Path) -> None:
     (tmp_path / "cases_test.py").write_text(OUTCOMES)
     (tmp_path / "pytest.ini").write_text("[pytest]\npython_files = *_test.py\n")
     results = tmp_path / "results.jsonl"
-    env = {**os.environ, "PYTHONPATH": str(CONFORMANCE)}
+    env = {**on_the_cpu(os.environ), "PYTHONPATH": str(CONFORMANCE)}
     command = [
         sys.executable,
         "-m",

@@ -13,7 +13,7 @@ import pathlib
 
 import pytest
 import warm_python
-from helpers import one_distributed_job_at_a_time
+from helpers import one_distributed_job_at_a_time, sockets_available
 
 # Modules named _*.py are shared by the examples, not examples themselves.
 EXAMPLES = sorted(
@@ -67,6 +67,8 @@ def test_example_runs(path: pathlib.Path, tmp_path: pathlib.Path) -> None:
     env = {**os.environ, "OPTAX_PYTREE_SMOKE": "1", "MPLBACKEND": "Agg"}
     # A jax.distributed job (its own launcher): one such job on the machine at a time.
     distributed = path.name in DISTRIBUTED
+    if distributed and not sockets_available():
+        pytest.skip("this machine refuses sockets, even on the loopback: jax.distributed needs one")
     with one_distributed_job_at_a_time() if distributed else contextlib.nullcontext():
         result = warm_python.run([str(path)], env=env, timeout=600, cwd=tmp_path)
     assert result.returncode == 0, f"{path.name} failed:\n{result.stdout}\n{result.stderr}"

@@ -23,7 +23,14 @@ import jax
 import numpy as np
 import optax
 import pytest
-from helpers import PARAMS, assert_tree_allclose, loss, one_distributed_job_at_a_time, run_with_8_host_devices
+from helpers import (
+    PARAMS,
+    assert_tree_allclose,
+    loss,
+    one_distributed_job_at_a_time,
+    run_with_8_host_devices,
+    sockets_available,
+)
 
 import optax_pytree as opx
 
@@ -58,6 +65,14 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("localhost", 0))
         return s.getsockname()[1]
+
+
+# A local jax.distributed job: its coordinator listens on a loopback socket.
+NEEDS_SOCKETS = pytest.mark.skipif(
+    not sockets_available(),
+    reason="this machine refuses sockets, even on the loopback (a sandboxed accelerator machine): "
+    "jax.distributed's coordinator needs one",
+)
 
 
 def run_processes(script: str, out: pathlib.Path, *args: str, timeout: float = 240.0) -> list[str]:
@@ -208,6 +223,7 @@ np.savez(f"{OUT}/{PROCESS}.npz", best=best, learning_rate=np.asarray(everyone.le
 
 
 @pytest.mark.exhaustive  # a multi-process job: CI runs it (pytest --exhaustive)
+@NEEDS_SOCKETS
 def test_two_process_population_equals_the_single_process_run(tmp_path: pathlib.Path) -> None:
     start = time.perf_counter()
     outputs = run_processes(COMMON + SWEEP, tmp_path)
@@ -285,6 +301,7 @@ np.savez(f"{OUT}/{PROCESS}-{MODE}-final.npz", **gathered({"params": params, "los
 
 
 @pytest.mark.exhaustive  # a multi-process job: CI runs it (pytest --exhaustive)
+@NEEDS_SOCKETS
 def test_a_checkpoint_of_the_two_process_job_restores_and_trains_on_identically(
     tmp_path: pathlib.Path,
 ) -> None:
@@ -366,6 +383,7 @@ print("OK")
 
 
 @pytest.mark.exhaustive  # a multi-process job: CI runs it (pytest --exhaustive)
+@NEEDS_SOCKETS
 def test_bad_input_is_a_clear_error_on_every_process(tmp_path: pathlib.Path) -> None:
     outputs = run_processes(COMMON + "import jax.numpy as jnp\n" + BAD_INPUT, tmp_path)
     for i, text in enumerate(outputs):
@@ -375,6 +393,7 @@ def test_bad_input_is_a_clear_error_on_every_process(tmp_path: pathlib.Path) -> 
 
 
 @pytest.mark.exhaustive  # a multi-process job: CI runs it (pytest --exhaustive)
+@NEEDS_SOCKETS
 def test_the_launcher_fails_fast_when_a_process_dies(tmp_path: pathlib.Path) -> None:
     # Process 1 dies; process 0 waits in a collective that cannot complete.
     script = (

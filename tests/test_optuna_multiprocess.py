@@ -21,6 +21,7 @@ import sys
 from typing import Any
 
 import pytest
+from warm_python import on_the_cpu
 
 # A job of several processes: in the exhaustive set (pytest --exhaustive; CI runs it).
 pytestmark = pytest.mark.exhaustive
@@ -42,7 +43,7 @@ def run_example(tmp_path: pathlib.Path, *args: str, **env: str) -> tuple[str, di
     summary = tmp_path / f"summary-{len(list(tmp_path.glob('summary-*')))}.json"
     command = [sys.executable, str(EXAMPLE), "--batch", str(BATCH), "--batches", str(BATCHES), *DRILL]
     command += ["--summary", str(summary), *args]
-    full_env = {**os.environ, "OPTAX_PYTREE_SMOKE": "1", "MPLBACKEND": "Agg", **env}
+    full_env = {**on_the_cpu(os.environ), "OPTAX_PYTREE_SMOKE": "1", "MPLBACKEND": "Agg", **env}
     result = subprocess.run(command, env=full_env, capture_output=True, text=True, timeout=900, cwd=tmp_path)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import pickle
 import subprocess
 import sys
@@ -19,6 +20,7 @@ import numpy as np
 import optax as plain
 import pytest
 from helpers import PARAMS, assert_jit_bit_for_bit, assert_tree_allclose, loss
+from warm_python import on_the_cpu
 
 import optax_pytree as opx
 import optax_pytree.optax as dropin
@@ -207,7 +209,12 @@ for tx, given in (
 def _output(module: str) -> str:
     script = textwrap.dedent(_OUTPUT_SCRIPT).format(module=module)
     result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=on_the_cpu(os.environ),
     )
     assert result.returncode == 0, result.stderr[-4000:]
     return result.stdout + result.stderr

@@ -43,11 +43,23 @@ def _two_steps(tx: Any) -> Any:
 _jitted_steps = jax.jit(_two_steps)  # the wrapped object is an argument
 
 
+def _two_updates(tx: Any, state: Any, params: Any, grads: Any) -> Any:
+    updates, state = tx.update(grads, state, params)
+    updates, state = tx.update(grads, state, params)
+    return updates
+
+
 def _assert_as_raw(factory: Any, **values: Any) -> Any:
-    """The wrapped optimizer (under jit, as an argument) computes what the raw one does."""
+    """The wrapped optimizer (under jit, as an argument) computes what the raw one does.
+
+    Like with like: both under jit, the state and the data arguments of the
+    program (plain optax eagerly, or with its first steps folded by XLA at
+    compile time, computes other numbers by itself on a TPU).
+    """
     tx = opx.wrap(factory, **values)
-    expected = _two_steps(factory(**values))
-    got = _jitted_steps(tx)
+    raw = factory(**values)
+    expected = jax.jit(lambda s, p, g: _two_updates(raw, s, p, g))(raw.init(PARAMS), PARAMS, GRADS)
+    got = jax.jit(_two_updates)(tx, tx.init(PARAMS), PARAMS, GRADS)
     assert_tree_allclose(got, expected, rtol=1e-6, atol=1e-7)
     return tx
 

@@ -59,6 +59,16 @@ PRELOAD_IF_INSTALLED = ("flax.nnx", "equinox")
 _FIXED_PREFIXES = ("JAX_", "XLA_", "TF_", "PYTHON")
 
 
+def on_the_cpu(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` for a child process of the tests: JAX on the CPU, whatever the parent runs on.
+
+    One process at a time can hold a TPU; the test process holds it while a
+    child would start, so a child that opened the chip would fail. Every
+    child the suite starts runs on the CPU (on a CPU machine, as before).
+    """
+    return {**env, "JAX_PLATFORMS": "cpu"}
+
+
 def _fixed(env: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k.startswith(_FIXED_PREFIXES) and k != "PYTHONPATH"}
 
@@ -273,9 +283,11 @@ def run(
 
     ``argv`` is what follows the interpreter: ``["-c", code, ...]`` or
     ``[script, ...]``. Falls back to a real fresh interpreter where a fork
-    would differ (see the module's docstring).
+    would differ (see the module's docstring). The child runs on the CPU
+    (``JAX_PLATFORMS=cpu``, :func:`on_the_cpu`): the parent may hold an
+    accelerator that one process at a time can open (a TPU).
     """
-    env = dict(os.environ if env is None else env)
+    env = on_the_cpu(os.environ if env is None else env)
     cwd = os.fspath(cwd) if cwd is not None else os.getcwd()
     server = _get_server(_fixed(env))
     if server is None or _fixed(env) != server.env:
