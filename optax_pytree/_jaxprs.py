@@ -34,6 +34,14 @@ Two interpreters of one closed jaxpr, and what they share (:func:`bind`,
   sub-programs (``scan``, ``cond``, custom derivatives) are bound as they
   are. Eagerly, or with the object closed over (its leaves constants again),
   nothing is rewritten: the plain program is not rewritten either.
+
+  What a backend's compiler does besides (``_backends``, one table): the
+  reciprocal it folds (correctly rounded, which a TPU's division is not),
+  values of constants alone it folds on the host (a division, a square
+  root), a power of a constant base (a TPU's ``2 ** (t * log2 c)``). Those
+  equations are redone as the backend the program is lowered for does
+  (``_backends.lowered``), where a traced hyperparameter reaches them (a
+  concrete one is a constant of both programs, the compiler's to treat).
 """
 
 from __future__ import annotations

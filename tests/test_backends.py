@@ -1,0 +1,240 @@
+"""What each backend's compiler does with constants (``optax_pytree._backends``), checked on the CPU.
+
+The TPU's treatment is measured on a TPU (``benchmarks/constants_probe.py``);
+here, on the CPU that CI has: its exact operations against NumPy's correctly
+rounded ones (exhaustively where the hyperparameters live), its rule for a
+power of a constant base against values recorded on the TPU, its specialized
+exponents against the exponents measured there, and the choice of a treatment
+where the program is lowered (a CPU-only process traces what it always did).
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import types
+from typing import Any
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from jax import lax
+
+import optax_pytree as opx
+from optax_pytree import _backends, _disk
+
+F32 = np.float32
+DATA = pathlib.Path(__file__).parent / "data"
+
+
+def _bits(x: Any) -> Any:
+    return np.asarray(x, F32).view(np.uint32)
+
+
+# --------------------------------------------------------------------------
+# The exact operations, from the device's approximate ones.
+
+
+@pytest.mark.parametrize("exponent", [-12, -4, -1, 0, 3, 17])
+def test_log2_is_correctly_rounded_for_every_float32_of_a_binade(exponent: int) -> None:
+    # Every float32 of [2**e, 2**(e+1)): 8,388,608 values (the TPU run checks 11 binades,
+    # docs/guide/numerics.md; a run from 2**-24 to 2**24, 402,653,184 values, found none off).
+    c = (np.arange(2**23, dtype=np.uint32) | np.uint32((exponent + 127) << 23)).view(F32)
+    got = np.asarray(jax.jit(_backends.log2)(c))
+    expected = np.log2(c.astype(np.float64)).astype(F32)
+    np.testing.assert_array_equal(_bits(got), _bits(expected))
+
+
+def _random_pairs(n: int = 200_000) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    a = (rng.standard_normal(n) * np.exp(rng.uniform(-20, 20, n))).astype(F32)
+    b = (rng.standard_normal(n) * np.exp(rng.uniform(-20, 20, n))).astype(F32)
+    return a, b
+
+
+def _with_device_off_by(monkeypatch: pytest.MonkeyPatch, name: str, units: int) -> None:
+    """The device's ``lax.<name>`` off by up to ``units`` in the last place (a TPU's division is
+    off by one at times, its square root by two): the exact operation must not depend on it."""
+    exact = getattr(lax, name)
+
+    def off(*xs: Any) -> Any:
+        out = exact(*xs)
+        k = (jnp.arange(out.size).reshape(out.shape) % (2 * units + 1)) - units
+        return lax.bitcast_convert_type(lax.bitcast_convert_type(out, jnp.int32) + k, jnp.float32)
+
+    fake = types.SimpleNamespace(**{k: getattr(lax, k) for k in dir(lax) if not k.startswith("_")})
+    setattr(fake, name, off)
+    monkeypatch.setattr(_backends, "lax", fake)
+
+
+@pytest.mark.parametrize("off_by", [0, 2])
+def test_divide_and_reciprocal_are_correctly_rounded(monkeypatch: pytest.MonkeyPatch, off_by: int) -> None:
+    a, b = _random_pairs()
+    _with_device_off_by(monkeypatch, "div", off_by)
+    np.testing.assert_array_equal(_bits(jax.jit(_backends.divide)(a, b)), _bits(a / b))
+    np.testing.assert_array_equal(_bits(jax.jit(_backends.reciprocal)(b)), _bits(F32(1) / b))
+
+
+@pytest.mark.parametrize("off_by", [0, 4])
+def test_sqrt_and_rsqrt_are_correctly_rounded(monkeypatch: pytest.MonkeyPatch, off_by: int) -> None:
+    x = np.abs(_random_pairs()[0])
+    _with_device_off_by(monkeypatch, "sqrt", off_by)
+    np.testing.assert_array_equal(_bits(jax.jit(_backends.sqrt)(x)), _bits(np.sqrt(x)))
+    np.testing.assert_array_equal(_bits(jax.jit(_backends.rsqrt)(x)), _bits(F32(1) / np.sqrt(x)))
+
+
+def test_outside_their_range_the_exact_operations_are_the_devices() -> None:
+    a = jnp.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-42, 3e38, 1.0], F32)
+    b = jnp.array([2.0, 0.0, 2.0, np.inf, 1.0, 3.0, 1e-38, 0.0], F32)
+    np.testing.assert_array_equal(_bits(jax.jit(_backends.divide)(a, b)), _bits(jax.jit(lax.div)(a, b)))
+    np.testing.assert_array_equal(_bits(jax.jit(_backends.sqrt)(jnp.abs(a))), _bits(jnp.sqrt(jnp.abs(a))))
+
+
+# --------------------------------------------------------------------------
+# A power of a constant base: the rule, against what the TPU computed.
+
+
+def _recorded() -> list[list[Any]]:
+    return json.loads((DATA / "tpu_power_of_constant_base.json").read_text())["rows"]
+
+
+def test_the_tpus_power_of_a_constant_base_is_a_power_of_two_of_the_folded_logarithm() -> None:
+    # Recorded on a TPU: c ** t with c a constant of the program is 2 ** (t * fl(log2 c)), also
+    # computed there, and c itself where t == 1; the general power (c an argument) is not.
+    rows = _recorded()
+    general_differs = 0
+    for c, t, constant, power_of_two, general in rows:
+        if t == 1.0:
+            assert constant == int(_bits(c)), (c, t)
+        else:
+            assert constant == power_of_two, (c, t)
+        general_differs += constant != general
+    assert general_differs > len(rows) // 4  # what the rule is for: 111 of 369 here
+
+
+def test_the_rule_computes_that_expression() -> None:
+    # The rule, run on the CPU: the same expression (its power of two the CPU's own), with the
+    # logarithm the TPU's program folded: float32(log2(float64(c))).
+    rows = _recorded()
+    c = np.array([r[0] for r in rows], F32)
+    t = np.array([r[1] for r in rows], F32)
+    got = jax.jit(_backends.power_of_constant_base)(c, t)
+    log = np.log2(c.astype(np.float64)).astype(F32)
+    expected = np.where(t == 1, c, np.asarray(jax.jit(lambda z: lax.pow(F32(2.0), z))(t * log)))
+    np.testing.assert_array_equal(_bits(got), _bits(expected))
+    # An integer exponent (adam's step count) is converted as the power's lowering does.
+    counts = np.arange(1, 40, dtype=np.int32)
+    np.testing.assert_array_equal(
+        _bits(jax.jit(_backends.power_of_constant_base)(F32(0.9), counts)),
+        _bits(jax.jit(_backends.power_of_constant_base)(F32(0.9), counts.astype(F32))),
+    )
+
+
+def test_the_rule_is_the_general_power_outside_its_range_and_in_its_derivatives() -> None:
+    c = jnp.array([0.0, -0.5, np.inf, np.nan, 1e-40, 2.0, 0.9], F32)
+    t = jnp.array([-1.0, 3.0, 2.0, 1.0, 0.5, np.inf, -np.inf], F32)
+    np.testing.assert_array_equal(
+        _bits(jax.jit(_backends.power_of_constant_base)(c, t)), _bits(jax.jit(lax.pow)(c, t))
+    )
+    # Overflow is an infinity (no inf - inf): 10 ** 100.
+    assert float(_backends.power_of_constant_base(F32(10.0), F32(100.0))) == np.inf
+    grad = jax.grad(lambda b: _backends.power_of_constant_base(b, F32(3.0)))(F32(0.9))
+    np.testing.assert_allclose(grad, 3 * 0.9**2, rtol=1e-6)
+    assert _backends.power_of_constant_base(jnp.float16(0.9), jnp.float16(3)).dtype == jnp.float16
+
+
+# --------------------------------------------------------------------------
+# Specialized exponents, as measured.
+
+# Measured on a TPU v5e (jax 0.10.2): x ** e with e a constant of the program against e an
+# argument, on 250 values of x. These differ (the compiler specializes them) ...
+TPU_SPECIALIZED = [
+    *range(-13, 14),
+    -6.5, -5.5, -4.5, -11 / 3, -3.5, -10 / 3, -3.25, -2.75, -8 / 3, -2.5, -7 / 3, -2.25, -1.75, -5 / 3,
+    -1.5, -4 / 3, -1.25, -0.75, -2 / 3, -0.5, -1 / 3, -0.25, 0.25, 1 / 3, 0.5, 2 / 3, 0.75, 1.25, 4 / 3,
+    1.5, 5 / 3, 1.75, 2.25, 7 / 3, 2.5, 8 / 3, 2.75, 3.25, 10 / 3, 3.5, 11 / 3, 13 / 3, 4.5, 5.5, 6.5,
+    7.5, 33.0, 100.0, 1000.0,
+]  # fmt: skip
+# ... these do not (0 and 1: the same numbers either way).
+TPU_NOT_SPECIALIZED = [0.0, 1.0, 0.1, 0.2, 0.3, 0.35, 0.4, 0.6, 0.7, 0.8, -0.8, 1 / 6, 5 / 6, 0.125, 2.2]
+
+
+def test_the_tpus_specialized_exponents_are_those_measured() -> None:
+    for e in TPU_SPECIALIZED:
+        if e not in (0, 1):
+            assert _backends.specializes_exponent(e, "tpu"), e
+    for e in TPU_NOT_SPECIALIZED:
+        assert not _backends.specializes_exponent(e, "tpu"), e
+    # Where the measurement found none (1e6: not specialized there), static is the safe side.
+    assert _backends.specializes_exponent(1e6, "tpu")
+
+
+def test_the_cpus_specialized_exponents_are_unchanged() -> None:
+    candidates = (2.0, 3.0, 0.5, -1.0, 1.0, 4.0, -0.5, 1.5)
+    assert [e for e in candidates if _backends.specializes_exponent(e, "cpu")] == [2.0, 3.0, 0.5, -1.0]
+    assert _backends.specializes_exponent(np.array([2.0, 3.0]), "cpu")  # a batch: every member
+    assert not _backends.specializes_exponent(np.array([2.0, 1.5]), "cpu")
+
+
+# --------------------------------------------------------------------------
+# The treatment is chosen where the program is lowered.
+
+
+def _adam_steps(tx: Any, steps: int = 6) -> Any:
+    """Updates of ``steps`` jitted steps, the state an input: a wrapped ``tx`` an argument, a
+    plain one closed over (its hyperparameters constants)."""
+    params = {"w": jnp.linspace(-1.0, 1.0, 6)}
+    state = tx.init(params)
+    wrapped = isinstance(tx, opx.PyTreeTransformation)
+    args = (tx,) if wrapped else ()
+    plain = tx
+
+    def step(s: Any, p: Any, tx: Any = plain) -> Any:
+        return tx.update(jax.tree.map(jnp.sin, p), s, p)
+
+    jitted = jax.jit(step)
+    out = []
+    for _ in range(steps):
+        updates, state = jitted(state, params, *args)
+        out.append(updates)
+    return out
+
+
+def test_a_cpu_only_process_traces_what_it_always_did() -> None:
+    if _backends.platforms() != ("cpu",):
+        pytest.skip(f"this process can lower for {_backends.platforms()}, not the CPU alone")
+    tx = opx.wrap(optax.adam, learning_rate=1e-3)
+    params = {"w": jnp.ones(3)}
+    jaxpr = str(jax.make_jaxpr(lambda tx, s, p: tx.update(p, s, p))(tx, tx.init(params), params))
+    assert "platform_index" not in jaxpr
+
+
+def test_with_a_tpu_beside_the_cpu_each_lowers_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    # As on a TPU machine (both backends): the TPU's branch is staged, the CPU lowers its own,
+    # so the numbers here stay plain optax's, bit for bit.
+    monkeypatch.setattr(_backends, "platforms", lambda: ("cpu", "tpu"))
+    tx = opx.wrap(optax.adam, learning_rate=1e-3)
+    params = {"w": jnp.ones(3)}
+    jaxpr = str(jax.make_jaxpr(lambda tx, s, p: tx.update(p, s, p))(tx, tx.init(params), params))
+    assert "platform_index" in jaxpr and "tpu" in jaxpr
+    wrapped = _adam_steps(opx.wrap(optax.adam, learning_rate=1e-3))
+    chex.assert_trees_all_equal(wrapped, _adam_steps(optax.adam(1e-3)))
+
+
+# --------------------------------------------------------------------------
+# Where the analyses are kept: an installed package is one beside its wheel's record too.
+
+
+def test_a_package_installed_into_a_folder_is_installed(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg-1.0.dist-info").mkdir()
+    record = "pkg/__init__.py,sha256=x,0\npkg-1.0.dist-info/RECORD,,\n"
+    (tmp_path / "pkg-1.0.dist-info" / "RECORD").write_text(record)
+    (tmp_path / "script.py").write_text("")
+    assert _disk._is_installed(str(tmp_path / "pkg" / "__init__.py"), "pkg")
+    assert _disk._is_installed(str(tmp_path / "pkg" / "sub" / "mod.py"), "pkg")
+    assert not _disk._is_installed(str(tmp_path / "script.py"), "script")  # the user's program
