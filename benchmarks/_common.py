@@ -12,9 +12,10 @@ import dataclasses
 import functools
 import logging
 import math
+import os
 import statistics
 import time
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -315,6 +316,20 @@ def cpu_ratios(c_fn: Sequence[float], c_ref: Sequence[float]) -> tuple[dict[str,
     if min([*c_fn, *c_ref]) <= 0:
         return None, "wall time only: a CPU sample was zero"
     return summary(ratios(c_fn, c_ref)), ""
+
+
+# --------------------------------------------------------------------------
+# Child processes.
+
+CHILDREN_ON_CPU = (
+    "child processes run JAX on the CPU (JAX_PLATFORMS=cpu): only one process may hold an accelerator"
+)
+
+
+def child_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A child process's environment: ``env`` (default this process's, PYTHONPATH and all) with
+    ``JAX_PLATFORMS=cpu``, so the child never opens the accelerator this process holds."""
+    return {**(os.environ if env is None else env), "JAX_PLATFORMS": "cpu"}
 
 
 # --------------------------------------------------------------------------

@@ -56,3 +56,6 @@ def test_a_stopped_cpu_clock_is_retimed_in_wall_time(bench: tuple[ModuleType, Mo
     assert len(t["work"]) == 3
     assert all(x > 0 for x in t["work"])
     assert len(common.micro_clock_info().fallbacks) == before + 1
+    # Child processes run JAX on the CPU, the rest of their environment kept.
+    env = common.child_env({"PYTHONPATH": "/somewhere", "JAX_PLATFORMS": "tpu"})
+    assert env == {"PYTHONPATH": "/somewhere", "JAX_PLATFORMS": "cpu"}
