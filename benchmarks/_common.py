@@ -32,9 +32,14 @@ Log = Callable[[str], None]
 # Settings.
 
 
+PROFILES = ("full", "quick", "accelerator")
+SCALES = ("tiny", "cpu", "accelerator")  # section 11's model sizes
+
+
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    quick: bool
+    profile: str  # one of PROFILES
+    quick: bool  # fewer configurations (--quick, and the other sections of the accelerator profile)
     n_configs: int  # section 1: learning rates per round
     rounds: int  # section 1: rounds (each compiles everything afresh)
     steady_pairs: int  # section 2: ABBA pairs per approach
@@ -47,11 +52,21 @@ class Settings:
     chain_lengths: tuple[int, ...]  # section 6
     cache_rounds: int  # section 7: rounds of fresh processes (a fresh cache each)
     cache_controls: bool  # section 7: also raw optax with a new schedule, and the same-value control
+    cache_only: tuple[str, ...]  # section 7: only these approaches (empty: all the profile runs)
+    import_pairs: int  # section 8: pairs of fresh processes
+    accel_scale: str  # section 11: model sizes, one of SCALES
 
     @classmethod
-    def make(cls, quick: bool) -> Settings:
-        if quick:
+    def make(
+        cls, quick: bool = False, *, accelerator: bool = False, tiny: bool = False, on_cpu: bool = True
+    ) -> Settings:
+        """The settings of a profile: full, ``quick``, or ``accelerator`` (section 11 at full sizes,
+        the others as in quick mode, fewer processes). ``tiny``: section 11 at the sizes of quick
+        mode whatever the profile (a CPU smoke run); ``on_cpu``: the default backend is the CPU
+        (the full profile's section 11 then uses sizes a CPU runs in about a minute)."""
+        if quick or accelerator:
             return cls(
+                profile="accelerator" if accelerator else "quick",
                 quick=True,
                 n_configs=4,
                 rounds=1,
@@ -65,8 +80,12 @@ class Settings:
                 chain_lengths=(1, 4, 16),
                 cache_rounds=1,
                 cache_controls=False,
+                cache_only=("raw", "wrapped") if accelerator else (),
+                import_pairs=2 if accelerator else 4,
+                accel_scale="accelerator" if accelerator and not tiny else "tiny",
             )
         return cls(
+            profile="full",
             quick=False,
             n_configs=20,
             rounds=3,
@@ -80,10 +99,13 @@ class Settings:
             chain_lengths=(1, 4, 16),
             cache_rounds=3,
             cache_controls=True,
+            cache_only=(),
+            import_pairs=16,
+            accel_scale="tiny" if tiny else "cpu" if on_cpu else "accelerator",
         )
 
 
-FULL = Settings.make(quick=False)  # for the configuration counts the targets name
+FULL = Settings.make()  # for the configuration counts the targets name
 
 
 # --------------------------------------------------------------------------
@@ -319,7 +341,7 @@ def cpu_ratios(c_fn: Sequence[float], c_ref: Sequence[float]) -> tuple[dict[str,
 
 
 # --------------------------------------------------------------------------
-# Child processes.
+# Child processes and the run's time budget.
 
 CHILDREN_ON_CPU = (
     "child processes run JAX on the CPU (JAX_PLATFORMS=cpu): only one process may hold an accelerator"
@@ -330,6 +352,25 @@ def child_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
     """A child process's environment: ``env`` (default this process's, PYTHONPATH and all) with
     ``JAX_PLATFORMS=cpu``, so the child never opens the accelerator this process holds."""
     return {**(os.environ if env is None else env), "JAX_PLATFORMS": "cpu"}
+
+
+class Budget:
+    """The wall time a run may still spend (``run.py --budget``); unlimited unless started."""
+
+    def __init__(self) -> None:
+        self.deadline: float | None = None
+
+    def start(self, seconds: float, since: float) -> None:
+        self.deadline = since + seconds if seconds > 0 else None
+
+    def left(self) -> float:
+        return math.inf if self.deadline is None else self.deadline - WALL_CLOCK()
+
+    def allows(self, seconds: float) -> bool:
+        return self.left() >= seconds
+
+
+BUDGET = Budget()
 
 
 # --------------------------------------------------------------------------

@@ -211,6 +211,8 @@ def _pair(kind: str) -> tuple[float, float]:
 
 def run(s: Settings, log: Log) -> dict[str, Any]:
     todo = [k for k, (_, _, quick) in APPROACHES.items() if quick or s.cache_controls]
+    if s.cache_only:
+        todo = [k for k in todo if k in s.cache_only]
     runs: dict[str, list[list[dict[str, Any]]]] = {k: [] for k in todo}  # per round: [first, second]
     for r in range(s.cache_rounds):
         for kind in rotated(todo, r):
@@ -274,6 +276,10 @@ def run(s: Settings, log: Log) -> dict[str, Any]:
 def targets(r: dict[str, Any], s: Settings) -> list[Target]:
     out: list[Target] = []
     for kind in TARGETS:
+        if kind not in r["approaches"]:
+            what = f"persistent cache, {APPROACHES[kind][0]}, second process: misses"
+            out.append(Target(7, what, "n/a", "0 misses", "n/a", "not run in this profile"))
+            continue
         second = r["approaches"][kind]["processes"][1]
         misses = max(second["misses"])
         what = "wrapped adamw + warmup-cosine" if kind == "wrapped_sched" else "wrapped adam"

@@ -38,7 +38,7 @@ from _report import Target, fmt, on_median, section, table
 TITLE = "import time"
 
 LIMIT_S = 0.05  # issue #17: at most +0.05 s over import optax
-RUNS = {True: 4, False: 16}  # pairs of processes (even: as many AB as BA): quick, full
+RUNS = 16  # pairs of processes when run as a script (run.py: its settings' import_pairs)
 
 MODULES = ("optax", "optax_pytree")
 
@@ -102,7 +102,7 @@ def measure(runs: int, log: Log) -> dict[str, Any]:
 
 
 def run(s: Settings, log: Log) -> dict[str, Any]:
-    return measure(RUNS[s.quick], log)
+    return measure(s.import_pairs, log)
 
 
 def targets(r: dict[str, Any], s: Settings) -> list[Target]:
@@ -127,8 +127,8 @@ def markdown(r: dict[str, Any]) -> list[str]:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=RUNS[False], help="pairs of processes")
+    parser.add_argument("--runs", type=int, default=RUNS, help="pairs of processes")
     args = parser.parse_args()
     result = measure(args.runs, print)
     print("\n".join(markdown(result)))
-    print("\n".join(t.line(section=False) for t in targets(result, Settings.make(quick=False))))
+    print("\n".join(t.line(section=False) for t in targets(result, Settings.make())))
