@@ -276,7 +276,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import equinox as eqx
 import jax
 import optax
 
@@ -295,7 +294,7 @@ import rebuild
 import scaling
 import steady_state
 import sweeps
-from _common import BUDGET, Settings, check_compile_counting, micro_clock_info
+from _common import BUDGET, Settings, check_compile_counting, eqx, micro_clock_info
 from _report import Target, targets_table
 
 START = time.perf_counter()  # the run's budget counts from here (after the imports: a few seconds)
@@ -395,7 +394,7 @@ def environment(args: argparse.Namespace, runtime: float, settings: Settings) ->
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "jax": jax.__version__,
         "optax": optax.__version__,
-        "equinox": eqx.__version__ if hasattr(eqx, "__version__") else "?",
+        "equinox": "not installed" if eqx is None else getattr(eqx, "__version__", "?"),
         "optax_pytree": opx.__version__,
         "python": platform.python_version(),
         "platform": platform.platform(),
