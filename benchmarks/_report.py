@@ -16,13 +16,25 @@ from typing import Any
 # Figures.
 
 
+def ratio(num: float, den: float) -> float:
+    """``num / den``, NaN where ``den`` is zero: a ratio never raises.
+
+    A statistic (``_common.summary``) leaves NaN samples out and counts them;
+    one with no sample left reads n/a.
+    """
+    return num / den if den else float("nan")
+
+
 def median_range(median: float, lo: float, hi: float, digits: int = 3) -> str:
     """``median [min-max]``."""
     return f"{median:.{digits}f} [{lo:.{digits}f}-{hi:.{digits}f}]"
 
 
 def fmt(stat: dict[str, Any], digits: int = 3, scale: float = 1.0) -> str:
-    """A statistic as ``median [min-max]`` (the median alone for one sample), times ``scale``."""
+    """A statistic as ``median [min-max]`` (the median alone for one sample, n/a for none), times
+    ``scale``."""
+    if stat["n"] == 0:
+        return "n/a"
     m, lo, hi = (stat[k] * scale for k in ("median", "min", "max"))
     return f"{m:.{digits}f}" if stat["n"] == 1 else median_range(m, lo, hi, digits)
 
@@ -78,7 +90,12 @@ def on_median(
     digits: int = 3,
     na: str = "",
 ) -> Target:
-    """PASS when ``op(median of stat, limit)``; n/a, with ``na`` as the note, when ``na`` is given."""
+    """PASS when ``op(median of stat, limit)``; n/a, with ``na`` as the note, when ``na`` is given.
+
+    Also n/a when the statistic holds no valid sample (every ratio had a zero denominator).
+    """
+    if not na and stat["n"] == 0:
+        na = f"no valid sample ({stat.get('invalid', 0)} with a zero denominator)"
     status = "n/a" if na else check(op(stat["median"], limit))
     return Target(section, what, fmt(stat, digits), target, status, na)
 

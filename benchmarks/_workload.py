@@ -17,7 +17,6 @@ import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -25,7 +24,7 @@ import optax
 from jax import lax
 
 import optax_pytree as opx
-from _common import Settings, compared, fresh, interleaved, ratios, summary
+from _common import Settings, compared, eqx, fresh, interleaved, ratios, summary
 
 # --------------------------------------------------------------------------
 # The workload: a small MLP trained for 50 steps in lax.scan.
@@ -246,7 +245,8 @@ def lowered_wrapped_schedule(w: Workload) -> Any:
 
 
 def approaches() -> list[Approach]:
-    return [
+    """The approaches of section 1 (and 2); those under ``eqx.filter_jit`` where equinox is installed."""
+    found = [
         Approach("a", "(a) optax, optimizer as a static argument", per_config_static, steady_static),
         Approach("b", "(b) optax, new jitted closure per configuration", per_config_closure, steady_closure),
         Approach(
@@ -264,7 +264,9 @@ def approaches() -> list[Approach]:
             "(d) wrapped, under eqx.filter_jit",
             functools.partial(per_config_wrapped, jit=eqx.filter_jit, key="d_eqx"),
             functools.partial(steady_wrapped, jit=eqx.filter_jit),
-        ),
+        )
+        if eqx is not None
+        else None,
         Approach(
             "e", "(e) wrapped with state, jax.jit", per_config_stateful, steady_stateful, lowered_stateful
         ),
@@ -273,8 +275,11 @@ def approaches() -> list[Approach]:
             "(e) wrapped with state, under eqx.filter_jit",
             functools.partial(per_config_stateful, jit=eqx.filter_jit, key="e_eqx"),
             functools.partial(steady_stateful, jit=eqx.filter_jit),
-        ),
+        )
+        if eqx is not None
+        else None,
     ]
+    return [a for a in found if a is not None]
 
 
 # --------------------------------------------------------------------------

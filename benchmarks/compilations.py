@@ -77,6 +77,8 @@ def targets(r: dict[str, Any], s: Settings) -> list[Target]:
     out: list[Target] = []
     r1 = r["approaches"]
     for key in ("d", "d_eqx", "e", "e_eqx"):
+        if key not in r1:  # equinox not installed
+            continue
         a = r1[key]
         traces, compiles = max(a["traces"]), max(a["compiles"])
         out.append(

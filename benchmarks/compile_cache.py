@@ -3,7 +3,9 @@
 Run as a script (``python benchmarks/compile_cache.py --child '{...}'``) it is
 one child process of the measurement: it trains once, with the persistent
 cache in the folder it is given, and prints its counts and times as one JSON
-line. ``run.py`` starts the children; nothing else needs to.
+line. ``run.py`` starts the children, on the CPU (``JAX_PLATFORMS=cpu``: the
+parent may hold an accelerator, and only one process may); nothing else
+needs to.
 """
 
 from __future__ import annotations
@@ -27,7 +29,18 @@ import jax
 import optax
 
 import optax_pytree as opx
-from _common import BACKEND_COMPILE_EVENT, COMPILES, Capture, Log, Settings, ratios, rotated, summary
+from _common import (
+    BACKEND_COMPILE_EVENT,
+    CHILDREN_ON_CPU,
+    COMPILES,
+    Capture,
+    Log,
+    Settings,
+    child_env,
+    ratios,
+    rotated,
+    summary,
+)
 from _report import Target, check, fmt, section, span, table
 from _workload import Workload, raw_adamw_schedule, train, train_inject, wrapped_adamw_schedule
 
@@ -168,6 +181,7 @@ def _spawn(spec: dict[str, Any]) -> dict[str, Any]:
     t0 = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec)],
+        env=child_env(),  # on the CPU: this process may hold the accelerator
         capture_output=True,
         text=True,
         timeout=CHILD_TIMEOUT_S,
@@ -197,6 +211,8 @@ def _pair(kind: str) -> tuple[float, float]:
 
 def run(s: Settings, log: Log) -> dict[str, Any]:
     todo = [k for k, (_, _, quick) in APPROACHES.items() if quick or s.cache_controls]
+    if s.cache_only:
+        todo = [k for k in todo if k in s.cache_only]
     runs: dict[str, list[list[dict[str, Any]]]] = {k: [] for k in todo}  # per round: [first, second]
     for r in range(s.cache_rounds):
         for kind in rotated(todo, r):
@@ -214,6 +230,7 @@ def run(s: Settings, log: Log) -> dict[str, Any]:
     out: dict[str, Any] = {
         "values": list(VALUES),
         "rounds": s.cache_rounds,
+        "children": CHILDREN_ON_CPU,
         "config": {
             "jax_compilation_cache_dir": "a fresh temporary folder per approach and round",
             "jax_persistent_cache_min_compile_time_secs": 0.0,
@@ -259,6 +276,10 @@ def run(s: Settings, log: Log) -> dict[str, Any]:
 def targets(r: dict[str, Any], s: Settings) -> list[Target]:
     out: list[Target] = []
     for kind in TARGETS:
+        if kind not in r["approaches"]:
+            what = f"persistent cache, {APPROACHES[kind][0]}, second process: misses"
+            out.append(Target(7, what, "n/a", "0 misses", "n/a", "not run in this profile"))
+            continue
         second = r["approaches"][kind]["processes"][1]
         misses = max(second["misses"])
         what = "wrapped adamw + warmup-cosine" if kind == "wrapped_sched" else "wrapped adam"
@@ -311,7 +332,8 @@ def markdown(r: dict[str, Any]) -> list[str]:
         "run while building the optimizer). Compiling or loading: the time jax records as "
         f"`{BACKEND_COMPILE_EVENT}`, which on a hit is the load from the cache. Process wall time "
         "includes starting Python and importing jax. Second / raw: the second process's first result "
-        "against raw optax's (closed over, same values) in the same round.",
+        "against raw optax's (closed over, same values) in the same round. The "
+        f"{r.get('children', CHILDREN_ON_CPU)}.",
         table(
             "approach | process | value | cache hits | misses | train program | compiling or loading (s) | "
             "first result (s) | second / raw | process wall (s) | loss",

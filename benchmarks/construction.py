@@ -13,7 +13,7 @@ import numpy as np
 import optax
 
 import optax_pytree as opx
-from _common import CPU_CLOCK, Log, Settings, interleaved, ratios, summary
+from _common import Log, Settings, interleaved, micro_clock, ratios, summary
 from _report import Target, fmt, on_median, section, table, us
 from optax_pytree import _wrap
 
@@ -108,13 +108,14 @@ def run(s: Settings, log: Log) -> dict[str, Any]:
     it = itertools.cycle(lrs)
     first: dict[str, list[float]] = {FIRST_ADAM: [], FIRST_SCHEDULE: []}
     makers = {FIRST_ADAM: lambda lr: opx.wrap(optax.adam, learning_rate=lr), FIRST_SCHEDULE: _wrap_schedule}
+    clock = micro_clock()
     for i in range(s.first_wrap_samples):
         for name in list(makers) if i % 2 == 0 else list(makers)[::-1]:
             _wrap.clear_caches()
             lr = next(it)
-            t0 = CPU_CLOCK()
+            t0 = clock()
             makers[name](lr)
-            first[name].append(CPU_CLOCK() - t0)
+            first[name].append(clock() - t0)
     groups = _groups(it, {"w": jnp.ones(3)})
     t = interleaved({k: f for g in groups for k, f in g.calls.items()}, s.micro_repeats, s.micro_seconds)
     out: dict[str, Any] = {name: {"s": summary(v)} for name, v in first.items()}

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import optax
 
 import optax_pytree as opx
-from _common import Log, Settings, compared, interleaved, ratios, summary
+from _common import Log, Settings, compared, eqx, interleaved, ratios, summary
 from _report import Target, fmt, on_median, section, stateful_parts, table, us
 from _workload import plain_hyperparams, plain_tiny_step, stateful_carried, tiny_step, tree_fns
 
@@ -44,7 +43,10 @@ def run(s: Settings, log: Log) -> dict[str, Any]:
     params = {"w": jnp.linspace(-1.0, 1.0, 3)}
     grads = {"w": jnp.full(3, 0.1)}
     out: dict[str, Any] = {"n_hyperparameter_leaves": len(jax.tree_util.tree_leaves(tx))}
-    for jit_name, jit in (("jax.jit", jax.jit), ("eqx.filter_jit", eqx.filter_jit)):
+    jits: list[tuple[str, Any]] = [("jax.jit", jax.jit)]
+    if eqx is not None:
+        jits.append(("eqx.filter_jit", eqx.filter_jit))
+    for jit_name, jit in jits:
         f, g = jit(tiny_step), jit(plain_tiny_step)
         t = interleaved(
             {"wrapped": lambda f=f: f(tx, params, grads), "plain": lambda g=g: g(hp, params, grads)},
@@ -97,6 +99,7 @@ def markdown(r: dict[str, Any]) -> list[str]:
             [
                 [j, us(r[j]["wrapped_s"]), us(r[j]["plain_s"]), fmt(r[j]["ratio"])]
                 for j in ("jax.jit", "eqx.filter_jit")
+                if j in r
             ],
         ),
         table(

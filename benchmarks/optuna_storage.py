@@ -14,8 +14,10 @@ and the wall time from the first launch to the last exit.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -23,8 +25,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from _common import Log, Settings
-from _report import Target, check, section, table
+from _common import CHILDREN_ON_CPU, Log, Settings, child_env
+from _report import Target, check, ratio, section, table
 
 TITLE = "Optuna: one study on PostgreSQL and on SQLite, wrapped and plain optax"
 
@@ -42,7 +44,8 @@ def _study(url: str, name: str, mode: str, folder: Path, quick: bool) -> dict[st
     summary = folder / f"{mode}.json"
     command = [sys.executable, str(EXAMPLE), "--modes", mode, "--study-name", name]
     command += ["--dir", str(folder), "--cache-dir", str(folder / "jax_cache"), "--summary", str(summary)]
-    env = {**os.environ, "MPLBACKEND": "Agg", "OPTUNA_STORAGE": url}  # the URL never on a command line
+    # The URL never on a command line; the launcher and its workers run JAX on the CPU.
+    env = child_env({**os.environ, "MPLBACKEND": "Agg", "OPTUNA_STORAGE": url})
     env.pop("OPTAX_PYTREE_SMOKE", None)
     if quick:
         env["OPTAX_PYTREE_SMOKE"] = "1"
@@ -59,22 +62,38 @@ def _study(url: str, name: str, mode: str, folder: Path, quick: bool) -> dict[st
         "programs_compiled": sum(r["misses"] for r in results),
         "workers": len(run["workers"]),
         "wall_s": run["wall_s"],
-        "per_trial_s": run["wall_s"] / run["requested"],
+        "per_trial_s": ratio(run["wall_s"], run["requested"]),
     }
+
+
+def _no_sockets() -> str:
+    """Why this machine cannot open a socket ("" when it can): no database server then."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM):
+            pass
+    except OSError as e:
+        return f"no sockets on this machine ({e})"
+    return ""
 
 
 def run(s: Settings, log: Log) -> dict[str, Any]:
     server = os.environ.get(SERVER_ENV, "")
     name = f"benchmark-{uuid.uuid4().hex[:8]}"  # a server may be shared: studies of its own
-    out: dict[str, Any] = {"quick": s.quick, "postgresql": None, "sqlite": None}
+    out: dict[str, Any] = {"quick": s.quick, "postgresql": None, "sqlite": None, "children": CHILDREN_ON_CPU}
+    if importlib.util.find_spec("optuna") is None:  # a test extra, not on a bare accelerator machine
+        out["postgresql_missing"] = out["sqlite_missing"] = "optuna is not installed"
+        log("  optuna is not installed: nothing to run")
+        return out
     with tempfile.TemporaryDirectory(prefix="optax_pytree-optuna-") as tmp:
         folder = Path(tmp)
         storages = {"sqlite": f"sqlite:///{folder / 'study.db'}"}
-        if server:
-            storages["postgresql"] = server
+        why = _no_sockets() if server else f"no server: {SERVER_ENV} is not set (.ci/run starts one)"
+        if why:
+            server = ""
+            out["postgresql_missing"] = why
+            log(f"  PostgreSQL: {why}")
         else:
-            out["postgresql_missing"] = f"no server: {SERVER_ENV} is not set (.ci/run starts one)"
-            log(f"  PostgreSQL: {out['postgresql_missing']}")
+            storages["postgresql"] = server
         for storage, url in storages.items():
             out[storage] = {}
             for mode in MODES:
@@ -98,7 +117,7 @@ def targets(r: dict[str, Any], s: Settings) -> list[Target]:
         figures = r[storage]
         label = f"Optuna study on {storage}, wrapped: compilations of the training step"
         if figures is None:
-            found.append(Target(10, label, "n/a", "1", "n/a", r.get("postgresql_missing", "")))
+            found.append(Target(10, label, "n/a", "1", "n/a", r.get(f"{storage}_missing", "")))
             continue
         n = figures["wrapped"]["training_compilations"]
         found.append(Target(10, label, str(n), "1", check(n == 1)))
@@ -109,7 +128,7 @@ def markdown(r: dict[str, Any]) -> list[str]:
     rows = []
     for storage in ("postgresql", "sqlite"):
         if r[storage] is None:
-            rows.append([storage, "n/a", "", "", "", "", r.get("postgresql_missing", "")])
+            rows.append([storage, "n/a", "", "", "", "", r.get(f"{storage}_missing", "")])
             continue
         for mode, label in MODES.items():
             f = r[storage][mode]
@@ -127,6 +146,7 @@ def markdown(r: dict[str, Any]) -> list[str]:
     size = "smoke sizes (--quick)" if r["quick"] else "the example's sizes"
     return section(
         f"## 10. One Optuna study over 2 worker processes on PostgreSQL and on SQLite ({size})",
+        f"The launcher and its workers: {r.get('children', CHILDREN_ON_CPU)}.",
         table(
             "storage | approach | trials COMPLETE / requested | compilations of the training step | "
             "programs compiled (all workers) | wall time, launch to last exit (s) | s a trial",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import jax
@@ -10,7 +11,7 @@ import optax
 
 import optax_pytree as opx
 from _common import Log, Settings, compared, interleaved, ratios, summary
-from _report import Target, check, fmt, on_median, section, stateful_parts, table, us
+from _report import Target, check, fmt, on_median, ratio, section, stateful_parts, table, us
 from _workload import plain_hyperparams, plain_tiny_step, stateful_carried, tiny_step, tree_fns
 
 TITLE = "scaling"
@@ -101,7 +102,7 @@ def run(s: Settings, log: Log) -> dict[str, Any]:
             "optax_chain_s": summary(t["optax.chain"]),
             "wrap_ratio_to_optax": summary(ratios(t["wrap"], t["optax.chain"])),
             "flatten_s": summary(t["flatten"]),
-            "flatten_per_leaf_s": summary([x / len(leaves) for x in t["flatten"]]),
+            "flatten_per_leaf_s": summary([ratio(x, len(leaves)) for x in t["flatten"]]),
             "flatten_ratio_to_tuple": summary(ratios(t["flatten"], t["flatten_plain"])),
             "unflatten_s": summary(t["unflatten"]),
         }
@@ -146,7 +147,7 @@ def targets(r: dict[str, Any], s: Settings) -> list[Target]:
     chains = r["chain"]
     mid, big = chains[-2], chains[-1]
     for key, unit in (("wrap_per_transform_s", "transform"), ("flatten_per_leaf_s", "leaf")):
-        g = big[key]["median"] / mid[key]["median"]
+        g = ratio(big[key]["median"], mid[key]["median"])
         out.append(
             Target(
                 6,
@@ -154,7 +155,8 @@ def targets(r: dict[str, Any], s: Settings) -> list[Target]:
                 f"{mid['n_transforms']}",
                 f"{g:.2f}",
                 "≤ 1.25 (linear growth)",
-                check(g <= 1.25),
+                "n/a" if math.isnan(g) else check(g <= 1.25),
+                "a zero time" if math.isnan(g) else "",
             )
         )
     return out

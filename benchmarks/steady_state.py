@@ -7,7 +7,7 @@ from typing import Any
 
 import jax
 
-from _common import Log, Settings, paired_abba, ratios, summary
+from _common import Log, Settings, cpu_ratios, paired_abba, ratios, summary
 from _report import Target, cost_targets, fmt, on_median, pct, section, table
 from _workload import (
     Approach,
@@ -41,13 +41,16 @@ def _paired(
 ) -> dict[str, Any]:
     jax.block_until_ready(fn())
     t_fn, t_ref, c_fn, c_ref = paired_abba(ref, fn, s.steady_pairs)
+    # None (and the reason) where process CPU time means nothing: an accelerator, a zero sample.
+    cpu, why = cpu_ratios(c_fn, c_ref)
     return {
         "label": label,
         "reference": ref_label,
         "per_call_s": summary(t_fn),
         "reference_per_call_s": summary(t_ref),
         "ratio_to_ref": summary(ratios(t_fn, t_ref)),
-        "cpu_ratio_to_ref": summary(ratios(c_fn, c_ref)),
+        "cpu_ratio_to_ref": cpu,
+        **({"cpu_ratio_note": why} if why else {}),
     }
 
 
@@ -122,6 +125,11 @@ def targets(r: dict[str, Any], s: Settings) -> list[Target]:
     return out
 
 
+def _cpu_note(r: dict[str, Any]) -> list[str]:
+    notes = sorted({a["cpu_ratio_note"] for a in r["approaches"].values() if "cpu_ratio_note" in a})
+    return [f"CPU-time ratio n/a: {'; '.join(notes)}."] if notes else []
+
+
 def markdown(r: dict[str, Any]) -> list[str]:
     return section(
         "## 2. Steady state (compiled; paired with the reference, ABBA)",
@@ -137,11 +145,12 @@ def markdown(r: dict[str, Any]) -> list[str]:
                     a["reference"],
                     fmt(a["reference_per_call_s"], 2, 1e3),
                     fmt(a["ratio_to_ref"]),
-                    fmt(a["cpu_ratio_to_ref"]),
+                    fmt(a["cpu_ratio_to_ref"]) if a["cpu_ratio_to_ref"] else "n/a",
                 ]
                 for a in r["approaches"].values()
             ],
         ),
+        *_cpu_note(r),
         "XLA cost analysis of the compiled program (noise-free):",
         table(
             "program | flops | bytes accessed | transcendentals | reference | flops vs reference | "

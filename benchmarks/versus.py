@@ -21,7 +21,10 @@ package they imported: a working tree edited during the run is named in the
 output.
 
 What a child measures (CPU time of the process, which a busy neighbour on a
-shared machine does not inflate, as in the other sections):
+shared machine does not inflate, as in the other sections; wall time where
+process CPU time means nothing, on an accelerator or with a clock that
+reads zero: ``_common.micro_clock``; a ratio with a zero denominator is left
+out):
 
 0. **first wrap in a fresh process**: the first wrap of 1, then the first
    of 2, right after the imports: one sample each per process, with the
@@ -68,6 +71,7 @@ import dataclasses
 import hashlib
 import itertools
 import json
+import math
 import os
 import platform
 import statistics
@@ -80,7 +84,7 @@ from pathlib import Path
 from typing import Any
 
 # The report's formatting (no jax, no package: the parent imports neither).
-from _report import median_range, table
+from _report import median_range, ratio, table
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -177,8 +181,10 @@ def _first_wraps(k: Knobs, lrs: Callable[[], float]) -> tuple[dict[str, list[flo
     import optax
 
     import optax_pytree as opx
-    from _common import COMPILES, CPU_CLOCK
+    from _common import COMPILES, micro_clock
     from optax_pytree import _spec
+
+    clock = micro_clock()  # process CPU time where it means something (not on an accelerator)
 
     def adam() -> Any:
         return opx.wrap(optax.adam, learning_rate=lrs())
@@ -191,17 +197,17 @@ def _first_wraps(k: Knobs, lrs: Callable[[], float]) -> tuple[dict[str, list[flo
     cold: dict[str, float] = {}
     for name, make in makers.items():
         with COMPILES.window() as found:
-            t0 = CPU_CLOCK()
+            t0 = clock()
             jax.block_until_ready(make())
-            cold[f"cold_{name}"] = CPU_CLOCK() - t0
+            cold[f"cold_{name}"] = clock() - t0
         cold[f"cold_{name}_compilations"] = len(found)
     samples: dict[str, list[float]] = {name: [] for name in makers}
     for i in range(k.first_samples):
         for name in list(makers) if i % 2 == 0 else list(makers)[::-1]:
             _spec.clear_caches()
-            t0 = CPU_CLOCK()
+            t0 = clock()
             jax.block_until_ready(makers[name]())
-            samples[name].append(CPU_CLOCK() - t0)
+            samples[name].append(clock() - t0)
     return samples, cold
 
 
@@ -247,13 +253,16 @@ def _dispatch(k: Knobs, lrs: Callable[[], float]) -> dict[str, list[float]]:
 
 
 def _steady(k: Knobs) -> tuple[dict[str, list[float]], bool]:
-    """CPU seconds per call of each (ABBA pairs), and whether both give the same losses."""
+    """CPU seconds per call of each (ABBA pairs), and whether both give the same losses.
+
+    Wall seconds where process CPU time means nothing (an accelerator, a zero sample).
+    """
     import jax
     import jax.numpy as jnp
     import optax
 
     import optax_pytree as opx
-    from _common import paired_abba
+    from _common import cpu_time_usable, paired_abba
 
     key_p, key_x, key_y = jax.random.split(jax.random.PRNGKey(0), 3)
     params = _mlp(key_p)
@@ -268,10 +277,22 @@ def _steady(k: Knobs) -> tuple[dict[str, list[float]], bool]:
     out_r = jax.block_until_ready(raw_train(params, batch))
     # The same computation, the same losses: both run what they should.
     same = bool(jnp.allclose(out_w[1], out_r[1], rtol=1e-5, atol=1e-6))
-    _, _, cpu_w, cpu_r = paired_abba(
+    wall_w, wall_r, cpu_w, cpu_r = paired_abba(
         lambda: raw_train(params, batch), lambda: wrapped_train(tx, params, batch), k.steady_pairs
     )
+    if not cpu_time_usable() or min([*cpu_w, *cpu_r]) <= 0:
+        return {"wrapped": wall_w, "raw": wall_r}, same
     return {"wrapped": cpu_w, "raw": cpu_r}, same
+
+
+def finite(xs: Sequence[float]) -> list[float]:
+    """The finite values of ``xs`` (a ratio to zero is NaN), or one NaN when there is none."""
+    return [x for x in xs if math.isfinite(x)] or [float("nan")]
+
+
+def median_ratio(num: Sequence[float], den: Sequence[float]) -> float:
+    """The median of the per-sample ratios (those with a zero denominator left out; NaN if all)."""
+    return statistics.median(finite([ratio(a, b) for a, b in zip(num, den)]))
 
 
 def digest(package: Path) -> str:
@@ -289,6 +310,7 @@ def child(root: str, quick: bool) -> dict[str, Any]:
     import optax
 
     import optax_pytree
+    from _common import micro_clock_info
     from optax_pytree import _spec, _wrap
 
     where = Path(optax_pytree.__file__).resolve().parent
@@ -317,6 +339,7 @@ def child(root: str, quick: bool) -> dict[str, Any]:
     done("steady state")
     med = statistics.median
     return {
+        "clock": micro_clock_info().describe(),
         "package": str(where),
         "package_digest": package_digest,
         "wrap_clear_caches_is_spec": getattr(_wrap, "clear_caches", None) is _spec.clear_caches,
@@ -326,15 +349,15 @@ def child(root: str, quick: bool) -> dict[str, Any]:
         "first_adamw_schedule": med(first["first_adamw_schedule"]),
         "cached_adam": min(micro["cached_adam"]),
         "inject_adam": min(micro["inject_adam"]),
-        "cached_over_inject": min(micro["cached_adam"]) / min(micro["inject_adam"]),
+        "cached_over_inject": ratio(min(micro["cached_adam"]), min(micro["inject_adam"])),
         "replace": min(micro["replace"]),
         "optax_adam": min(micro["optax_adam"]),
         "dispatch_wrapped": med(dispatch["wrapped"]),
         "dispatch_raw": med(dispatch["raw"]),
-        "dispatch_ratio": med([a / b for a, b in zip(dispatch["wrapped"], dispatch["raw"])]),
+        "dispatch_ratio": median_ratio(dispatch["wrapped"], dispatch["raw"]),
         "steady_wrapped": med(steady["wrapped"]),
         "steady_raw": med(steady["raw"]),
-        "steady_ratio": med([a / b for a, b in zip(steady["wrapped"], steady["raw"])]),
+        "steady_ratio": median_ratio(steady["wrapped"], steady["raw"]),
         "steady_same_losses": same_losses,
         "phase_wall_s": phases,
         "samples": {**first, **micro, **{f"dispatch_{n}": v for n, v in dispatch.items()}},
@@ -481,15 +504,15 @@ def measure(baseline: str, current: str | None, quick: bool, log: Callable[[str]
     for row in ROWS:
         b = [x["baseline"][row.key] for x in rounds]
         c = [x["current"][row.key] for x in rounds]
-        per_round = [y / x for x, y in zip(b, c)]
-        ratio = statistics.median(per_round)
+        per_round = finite([ratio(y, x) for x, y in zip(b, c)])
+        med = statistics.median(per_round)
         rows[row.key] = {
             "baseline": statistics.median(b),
             "current": statistics.median(c),
-            "ratio": ratio,
+            "ratio": med,
             "ratio_min": min(per_round),
             "ratio_max": max(per_round),
-            "within": None if row.within is None else bool(row.within(ratio, statistics.median(c))),
+            "within": None if row.within is None else bool(row.within(med, statistics.median(c))),
         }
     for name in names:
         sides[name]["package_digests"] = sorted({x[name]["package_digest"] for x in rounds})
@@ -501,6 +524,7 @@ def measure(baseline: str, current: str | None, quick: bool, log: Callable[[str]
         "quick": quick,
         "knobs": dataclasses.asdict(k),
         "versions": rounds[0]["current"]["versions"],
+        "clock": rounds[0]["current"].get("clock", "process CPU time"),
         "rows": rows,
         "same_losses": all(x[n]["steady_same_losses"] for x in rounds for n in names),
         "failures": failures,
@@ -528,7 +552,7 @@ def markdown(res: dict[str, Any]) -> list[str]:
         f"Baseline {_side(base)}; current {_side(cur)}. "
         f"{len(res['rounds'])} rounds of two fresh processes (order swapped each round); "
         "medians over the rounds; the ratio is current / baseline, the median of the per-round "
-        "ratios [min-max]. CPU time of the process. "
+        f"ratios [min-max]. Timed in {res['clock']}. "
         + ", ".join(f"{k} {v}" for k, v in res["versions"].items())
         + ("; --quick" if res["quick"] else "")
         + ".",
