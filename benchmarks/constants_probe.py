@@ -284,7 +284,7 @@ class _Localizer:
 
 
 def catalogue(quick: bool, names: list[str] | None) -> dict[str, Any]:
-    import helpers as h
+    import helpers as h  # pyright: ignore[reportMissingImports]  # tests/, put on sys.path above
 
     entries = [(n, f, k) for n, f, k in h.catalogue() if not names or n in names]
     if quick and not names:
@@ -344,7 +344,7 @@ def _take_apart(h: Any, name: str, factory: Any, kind: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument(
         "--quick", action="store_true", help="a few factories, a few binades (CI, on the CPU)"
     )
