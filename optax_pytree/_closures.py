@@ -369,8 +369,9 @@ def _same(old: Any, new: Any) -> bool:
         return False
 
 
-def _readers(h: _Held, values: dict[str, Any]) -> list[tuple[str, Callable[[Any], Any], Any]]:
-    """What a check reads again of one captured value: (name, read from the root, value then)."""
+def _readers(h: _Held, root: Any, values: dict[str, Any]) -> list[tuple[str, Callable[[Any], Any], Any]]:
+    """What a check reads again of one captured value (``root`` as it was read when the child was
+    made): (name, how to read it from the root, the value then)."""
     plan = h.plan
     if plan is None:
         return [(h.name, lambda root: root, values[h.name])]
@@ -381,11 +382,11 @@ def _readers(h: _Held, values: dict[str, Any]) -> list[tuple[str, Callable[[Any]
             out.append((name, lambda root, i=i: root[i], values[name]))
         return out
     out = [
-        (leaf.name, lambda root, steps=leaf.steps: _lookups.resolve(root, steps), values[leaf.name])
+        (leaf.name, _lookups.reader(root, leaf.steps), values[leaf.name])
         for leaf in _lookups.leaves_of(plan, h.name)
     ]
     out += [
-        (name, lambda root, steps=steps: _lookups.resolve(root, steps), _lookups.ABSENT)
+        (name, _lookups.reader(root, steps), _lookups.ABSENT)
         for name, steps in _lookups.absent_of(plan, h.name)
     ]
     return out
@@ -411,7 +412,7 @@ class Source:
         values = {
             n: np.array(v, copy=True) if isinstance(v, np.ndarray) else v for n, v in captured.values.items()
         }
-        self.reads = [(root, _readers(h, values)) for h, root in _roots(captured)]
+        self.reads = [(root, _readers(h, root(), values)) for h, root in _roots(captured)]
 
     def check(self) -> None:
         for root_of, readers in self.reads:

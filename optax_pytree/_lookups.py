@@ -465,6 +465,62 @@ def resolve(obj: Any, steps: Path) -> Any:
     return obj
 
 
+def reader(obj: Any, steps: Path) -> Any:
+    """A function that reads ``steps`` of an object again as :func:`resolve` does, fast where each
+    object along them is of the type it was when ``obj`` was read (the look-ups were checked safe
+    for those types then); :func:`resolve` itself for any other. What a check runs at every
+    jitted call (``_closures.Source``, ``_watch``)."""
+    fast: list[tuple[type, Any]] = []
+    for kind, key in steps:
+        cls = type(obj)
+        if kind == "get":
+            got = _got(obj, key)
+            fast.append((cls, lambda o, k=key: _got(o, k)))
+        elif kind == "item":
+            got = _item(obj, key)
+            fast.append((cls, lambda o, k=key: o[k]))
+        else:
+            try:
+                found = _attribute(obj, key)
+            except _Absent:
+                got = ABSENT
+            else:
+                if found.kind != "value":
+                    raise Fail
+                got = found.value
+            if type_named(obj, *_CONFIG_DICTS):
+                fast.append((cls, lambda o, k=key: o[k] if k in o else ABSENT))
+            elif key in getattr(obj, "__dict__", ()) and not _is_data_descriptor(_on_class(cls, key)):
+                fast.append((cls, lambda o, k=key: o.__dict__.get(k, ABSENT)))
+            else:
+                fast.append((cls, lambda o, k=key: _attribute_value(o, k)))
+        if got is ABSENT:
+            break
+        obj = got
+
+    def read(root: Any) -> Any:
+        value = root
+        for cls, step in fast:
+            if type(value) is not cls:
+                return resolve(root, steps)
+            value = step(value)
+            if value is ABSENT:
+                return ABSENT
+        return value
+
+    return read
+
+
+def _attribute_value(obj: Any, name: str) -> Any:
+    try:
+        found = _attribute(obj, name)
+    except _Absent:
+        return ABSENT
+    if found.kind != "value":
+        raise Fail
+    return found.value
+
+
 def viewable(value: Any) -> bool:
     """Whether a value may be replaced by a view of what is read of it (an object, a container)."""
     if value is None or isinstance(value, (str, bytes, bool, int, float, complex, type, types.ModuleType)):
