@@ -40,11 +40,8 @@ def _fresh(code: str, env: dict[str, str] | None = None) -> str:
     return subprocess.run(command, capture_output=True, text=True, timeout=300, check=True, env=env).stdout
 
 
-def test_importing_the_package_after_optax_loads_the_package_alone() -> None:
+def test_importing_the_package_after_optax_loads_the_package_alone_and_each_name_when_read() -> None:
     assert _fresh(_LOADED).split() == ["optax_pytree"]
-
-
-def test_every_public_name_is_there_when_first_read() -> None:
     names = optax_pytree.__all__
     assert len(names) == 21 and set(names) <= set(dir(optax_pytree))
     for name in names:
