@@ -309,19 +309,51 @@ def reads_module_values(function: types.FunctionType) -> bool:
 
 
 def _module_reads_them(function: types.FunctionType, names: set[str]) -> bool:
-    """Whether a function or class of the module that ``function`` reads also reads ``names``:
-    it would read the module's own (the old values), not the rebuilt function's."""
+    """Whether a function or class of the module that ``function`` reads (at any depth) also
+    reads ``names``: it would read the module's own (the old values), not the rebuilt function's."""
     namespace = function.__globals__
-    for name in _lookups.globals_read(function.__code__).names:
-        value = namespace.get(name)
-        codes: list[types.CodeType] = []
-        if isinstance(value, types.FunctionType) and value.__globals__ is namespace:
-            codes.append(value.__code__)
-        elif isinstance(value, type) and value.__module__ == function.__module__:
-            codes += [v.__code__ for v in vars(value).values() if isinstance(v, types.FunctionType)]
-        if any(names & _lookups.globals_read(c).names for c in codes):
-            return True
-    return False
+    return any(
+        f.__globals__ is namespace and names & _lookups.globals_read(f.__code__).names
+        for f in _lookups.reachable([function])[1:]
+    )
+
+
+class _Baked(NamedTuple):
+    """A value of a module's globals that the child's code reads from the module itself (a helper
+    function of the module reads its config, a method reads ``FLAGS``): a constant of every
+    trace. Part of the factory's key, so that another value is another compilation, never the
+    first one's; and checked by the source, as the values held are."""
+
+    label: str  # ``lr_helper reads CONFIG.lr``
+    namespace: dict[str, Any]  # the module's globals
+    name: str
+    steps: Path  # read along these from the global; () for the global itself
+    value: Any
+
+
+def _baked(captured: Capture) -> list[_Baked]:
+    """What the child's code reads of its modules' globals that it does not hold (see _Baked)."""
+    plans = [h.plan for h in (*captured.cells, *captured.bound, *captured.globals)]
+    methods = [f for p in plans if isinstance(p, _lookups.Node) for f in _lookups.functions_of(p)]
+    held = {h.name for h in captured.globals}
+    main = captured.function
+    out: list[_Baked] = []
+    for f in _lookups.reachable([main, *methods]):
+        namespace = f.__globals__
+        for name in sorted(_lookups.globals_read(f.__code__).names):
+            if f is main and name in held:
+                continue  # read from the rebuilt function's own namespace
+            value = namespace.get(name, _lookups.MISSING)
+            label = f"{f.__qualname__} reads {name}"
+            if is_concrete_number(value):
+                out.append(_Baked(label, namespace, name, (), value))
+            elif _lookups.viewable(value) and not callable(value) and not is_wrapped(value):
+                plan = _lookups.plan(value, _lookups.global_paths_read(f.__code__, name), 0)
+                for leaf in [] if plan is None else _lookups.leaves_of(plan, name):
+                    out.append(
+                        _Baked(f"{f.__qualname__} reads {leaf.name}", namespace, name, leaf.steps, leaf.value)
+                    )
+    return out
 
 
 def _roots(captured: Capture) -> list[tuple[_Held, Callable[[], Any]]]:
@@ -369,6 +401,10 @@ def _same(old: Any, new: Any) -> bool:
         return False
 
 
+def _itself(x: Any) -> Any:
+    return x
+
+
 def _readers(h: _Held, root: Any, values: dict[str, Any]) -> list[tuple[str, Callable[[Any], Any], Any]]:
     """What a check reads again of one captured value (``root`` as it was read when the child was
     made): (name, how to read it from the root, the value then)."""
@@ -406,13 +442,17 @@ class Source:
 
     __slots__ = ("reads", "where")
 
-    def __init__(self, captured: Capture, where: str):
+    def __init__(self, captured: Capture, where: str, baked: list[_Baked]):
         self.where = where
         # In-place changes of a NumPy array are changes too: a copy of each.
         values = {
             n: np.array(v, copy=True) if isinstance(v, np.ndarray) else v for n, v in captured.values.items()
         }
         self.reads = [(root, _readers(h, root(), values)) for h, root in _roots(captured)]
+        for b in baked:
+            root = functools.partial(b.namespace.get, b.name, _lookups.MISSING)
+            read = _lookups.reader(root(), b.steps) if b.steps else _itself
+            self.reads.append((root, [(b.label, read, b.value)]))
 
     def check(self) -> None:
         for root_of, readers in self.reads:
@@ -606,6 +646,7 @@ def child(fn: Any, make: Callable[[Any, dict[str, Any]], Any], freeze: Callable[
         return None
     f = captured.function
     defaults, kwdefaults, attributes = f.__defaults__, f.__kwdefaults__, f.__dict__
+    baked = _baked(captured)
     key = (
         f.__code__,
         _Identity(f.__globals__),
@@ -613,6 +654,7 @@ def child(fn: Any, make: Callable[[Any, dict[str, Any]], Any], freeze: Callable[
         None if kwdefaults is None else freeze(kwdefaults),
         freeze(dict(attributes)) if attributes else None,
         ClosureFactory.shape(captured),
+        tuple((b.label, freeze(b.value)) for b in baked),
     )
     factory = _FACTORIES.get(key)
     if factory is None:
@@ -622,7 +664,7 @@ def child(fn: Any, make: Callable[[Any, dict[str, Any]], Any], freeze: Callable[
     if wrapped is None:
         return None
     # Checked at every flatten (each jitted call) and eager build (``_watch``).
-    source = Source(captured, f"the schedule {factory.__qualname__} ({factory.where()})")
+    source = Source(captured, f"the schedule {factory.__qualname__} ({factory.where()})", baked)
     wrapped = _watch.watch(wrapped, source)
     if only_wrapped(captured.values):
         return wrapped

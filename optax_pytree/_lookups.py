@@ -266,6 +266,27 @@ def global_paths_read(code: types.CodeType, name: str) -> tuple[Path, ...] | Non
     return tuple(sorted(paths, key=repr))
 
 
+def reachable(functions: list[types.FunctionType]) -> list[types.FunctionType]:
+    """``functions`` and the functions of their modules they read (functions, the methods of
+    classes defined there), at any depth (a bounded walk)."""
+    out: list[types.FunctionType] = []
+    todo, seen = list(functions), set[int]()
+    while todo and len(out) < 64:
+        f = todo.pop()
+        if id(f) in seen:
+            continue
+        seen.add(id(f))
+        out.append(f)
+        namespace = f.__globals__
+        for name in globals_read(f.__code__).names:
+            value = namespace.get(name)
+            if isinstance(value, types.FunctionType) and value.__globals__ is namespace:
+                todo.append(value)
+            elif isinstance(value, type) and value.__module__ == f.__module__:
+                todo += [v for v in vars(value).values() if isinstance(v, types.FunctionType)]
+    return out
+
+
 def getattr_is_builtin(function: types.FunctionType) -> bool:
     """Whether ``getattr`` in ``function`` is Python's (a module may define its own): the reader
     takes ``getattr(x, "name")`` for an attribute look-up."""
@@ -658,6 +679,17 @@ def absent_of(node: Node, prefix: str) -> list[tuple[str, Path]]:
         for key, value in table.items():
             if isinstance(value, Node):
                 out.extend(absent_of(value, prefix + _spell(kind, key)))
+    return out
+
+
+def functions_of(node: Node) -> list[types.FunctionType]:
+    """The methods and property getters of the object's class that a plan runs on the view."""
+    out: list[types.FunctionType] = []
+    for value in (*node.attrs.values(), *node.items.values()):
+        if isinstance(value, _Code):
+            out.append(value.function)
+        elif isinstance(value, Node):
+            out.extend(functions_of(value))
     return out
 
 

@@ -133,22 +133,24 @@ def _function_key(f: types.FunctionType, seen: tuple[int, ...]) -> Any:
 
 
 def _globals_key(f: types.FunctionType) -> tuple[Any, ...]:
-    """The numbers a function reads from its module's globals, and the values it reads through
-    a config object there (a config at the top of a script): part of the function, as its cells
-    are; the module itself is compared by identity. Other globals (functions, modules, objects
-    whose look-ups are not known) are the module's, by identity with it."""
-    namespace = f.__globals__
+    """The numbers a function (and the functions of its module it calls) reads from its module's
+    globals, and the values it reads through a config object there (a config at the top of a
+    script): part of the function, as its cells are; the module itself is compared by identity.
+    Other globals (functions, modules, objects whose look-ups are not known) are the module's,
+    by identity with it."""
     out: list[Any] = []
-    for name in sorted(_lookups.globals_read(f.__code__).names):
-        value = namespace.get(name, _lookups.MISSING)
-        if _leaves.is_concrete_number(value) and not isinstance(value, (np.ndarray, jax.Array)):
-            out.append((name, _freeze(value, ())))
-        elif _lookups.viewable(value) and not callable(value) and not isinstance(value, _NOT_VIEWED):
-            node = _lookups.plan(value, _lookups.global_paths_read(f.__code__, name), 0)
-            if node is not None:
-                read = [(leaf.name, _freeze(leaf.value, ())) for leaf in _lookups.leaves_of(node, name)]
-                out.append((name, type(value), _lookups.shape(node), tuple(read)))
-    return tuple(out)
+    for g in _lookups.reachable([f]):  # and the functions of its module it calls, at any depth
+        namespace = g.__globals__
+        for name in sorted(_lookups.globals_read(g.__code__).names):
+            value = namespace.get(name, _lookups.MISSING)
+            if _leaves.is_concrete_number(value) and not isinstance(value, (np.ndarray, jax.Array)):
+                out.append((name, _freeze(value, ())))
+            elif _lookups.viewable(value) and not callable(value) and not isinstance(value, _NOT_VIEWED):
+                node = _lookups.plan(value, _lookups.global_paths_read(g.__code__, name), 0)
+                if node is not None:
+                    read = [(leaf.name, _freeze(leaf.value, ())) for leaf in _lookups.leaves_of(node, name)]
+                    out.append((name, type(value), _lookups.shape(node), tuple(read)))
+    return tuple(dict.fromkeys(out))
 
 
 _NOT_VIEWED = (type, types.ModuleType, types.FunctionType, types.MethodType, functools.partial, Wrapped)

@@ -779,6 +779,46 @@ def test_a_module_level_schedule_whose_helper_reads_the_same_global_stays_static
         _HELPER_RATE = 0.1
 
 
+@exhaustive
+def test_a_closure_whose_module_helper_reads_a_module_config_compiles_per_value_and_checks_it() -> None:
+    # The scale is a leaf; what the helper reads of its module is a constant of each trace: part
+    # of the configuration (another value, another compilation) and checked as the scale is.
+    global _HELPER_RATE
+
+    def build(optax: Any, scale: float) -> Any:
+        return optax.adam(lambda step: scale * _reads_the_rate() / (1.0 + step))
+
+    traces: list[int] = []
+
+    def run(tx: Any, params: Any) -> Any:
+        traces.append(1)
+        updates, _ = tx.update(GRADS, tx.init(params), params)
+        return plain.apply_updates(params, updates)
+
+    step = jax.jit(run)
+
+    def expected(scale: float) -> Any:  # plain optax: the optimizer closed over, traced anew
+        return jax.jit(functools.partial(run, build(plain, scale)))(PARAMS)
+
+    def same(got: Any, want: Any) -> None:  # under jit: XLA's rewrites of plain's constants aside
+        chex.assert_trees_all_close(got, want, rtol=1e-6, atol=1e-8)
+
+    try:
+        first = build(dropin, 1.0)
+        assert first.learning_rate.dynamic_argnames == ("scale",)
+        for scale in (1.0, 2.0):
+            same(step(build(dropin, scale), PARAMS), expected(scale))
+        _HELPER_RATE = 0.2
+        with pytest.raises(ValueError, match=r"_reads_the_rate reads _HELPER_RATE = 0\.1 .* now 0\.2"):
+            step(first, PARAMS)
+        for scale in (1.0, 2.0):
+            same(step(build(dropin, scale), PARAMS), expected(scale))
+        assert len(traces) == 2 + 4  # ours: once per value of the module's rate; plain's four
+        chex.assert_trees_all_equal(_steps(build(dropin, 2.0)), _steps(build(plain, 2.0)))  # eagerly
+    finally:
+        _HELPER_RATE = 0.1
+
+
 # --------------------------------------------------------------------------
 # A config changed after the build: refused under jit as eagerly, never a silent old value.
 
