@@ -298,11 +298,16 @@ def _held_globals(
 def reads_module_values(function: types.FunctionType) -> bool:
     """Whether ``function`` reads a global of its module that holds numbers (a number, a config
     object, a list): then it may be a child, its numbers read there leaves (:func:`capture`)."""
-    namespace = function.__globals__
-    for name in _lookups.globals_read(function.__code__).names:
+    namespace, code = function.__globals__, function.__code__
+    for name in _lookups.globals_read(code).names:
         value = namespace.get(name)
-        if is_concrete_number(value) or (
-            _lookups.viewable(value) and not callable(value) and not is_wrapped(value)
+        if is_concrete_number(value) or _number_items(value) is not None:
+            return True
+        if (
+            _lookups.viewable(value)
+            and not callable(value)
+            and not is_wrapped(value)
+            and _lookups.global_paths_read(code, name) is not None  # looked into, not used whole
         ):
             return True
     return False
@@ -328,6 +333,7 @@ class _Baked(NamedTuple):
     namespace: dict[str, Any]  # the module's globals
     name: str
     steps: Path  # read along these from the global; () for the global itself
+    fast: _lookups.Fast  # how (``_lookups.read_again``)
     value: Any
 
 
@@ -346,12 +352,19 @@ def _baked(captured: Capture) -> list[_Baked]:
             value = namespace.get(name, _lookups.MISSING)
             label = f"{f.__qualname__} reads {name}"
             if is_concrete_number(value):
-                out.append(_Baked(label, namespace, name, (), value))
+                out.append(_Baked(label, namespace, name, (), (), value))
             elif _lookups.viewable(value) and not callable(value) and not is_wrapped(value):
                 plan = _lookups.plan(value, _lookups.global_paths_read(f.__code__, name), 0)
                 for leaf in [] if plan is None else _lookups.leaves_of(plan, name):
                     out.append(
-                        _Baked(f"{f.__qualname__} reads {leaf.name}", namespace, name, leaf.steps, leaf.value)
+                        _Baked(
+                            f"{f.__qualname__} reads {leaf.name}",
+                            namespace,
+                            name,
+                            leaf.steps,
+                            leaf.fast,
+                            leaf.value,
+                        )
                     )
     return out
 
@@ -405,9 +418,9 @@ def _itself(x: Any) -> Any:
     return x
 
 
-def _readers(h: _Held, root: Any, values: dict[str, Any]) -> list[tuple[str, Callable[[Any], Any], Any]]:
-    """What a check reads again of one captured value (``root`` as it was read when the child was
-    made): (name, how to read it from the root, the value then)."""
+def _readers(h: _Held, values: dict[str, Any]) -> list[tuple[str, Callable[[Any], Any], Any]]:
+    """What a check reads again of one captured value: (name, how to read it from the root, the
+    value then)."""
     plan = h.plan
     if plan is None:
         return [(h.name, lambda root: root, values[h.name])]
@@ -418,11 +431,15 @@ def _readers(h: _Held, root: Any, values: dict[str, Any]) -> list[tuple[str, Cal
             out.append((name, lambda root, i=i: root[i], values[name]))
         return out
     out = [
-        (leaf.name, _lookups.reader(root, leaf.steps), values[leaf.name])
+        (
+            leaf.name,
+            functools.partial(_lookups.read_again, fast=leaf.fast, steps=leaf.steps),
+            values[leaf.name],
+        )
         for leaf in _lookups.leaves_of(plan, h.name)
     ]
     out += [
-        (name, _lookups.reader(root, steps), _lookups.ABSENT)
+        (name, functools.partial(_lookups.resolve, steps=steps), _lookups.ABSENT)
         for name, steps in _lookups.absent_of(plan, h.name)
     ]
     return out
@@ -440,19 +457,31 @@ class Source:
     is never given.
     """
 
-    __slots__ = ("reads", "where")
+    __slots__ = ("baked", "captured", "factory", "made", "values")
 
-    def __init__(self, captured: Capture, where: str, baked: list[_Baked]):
-        self.where = where
+    def __init__(self, captured: Capture, factory: ClosureFactory, baked: list[_Baked]):
+        self.captured, self.factory, self.baked = captured, factory, baked
         # In-place changes of a NumPy array are changes too: a copy of each.
-        values = {
+        self.values = {
             n: np.array(v, copy=True) if isinstance(v, np.ndarray) else v for n, v in captured.values.items()
         }
-        self.reads = [(root, _readers(h, root(), values)) for h, root in _roots(captured)]
-        for b in baked:
-            root = functools.partial(b.namespace.get, b.name, _lookups.MISSING)
-            read = _lookups.reader(root(), b.steps) if b.steps else _itself
-            self.reads.append((root, [(b.label, read, b.value)]))
+        self.made: list[tuple[Callable[[], Any], list[tuple[str, Callable[[Any], Any], Any]]]] | None = None
+
+    @property
+    def reads(self) -> list[tuple[Callable[[], Any], list[tuple[str, Callable[[Any], Any], Any]]]]:
+        """Each root (how to read it again) and what is read of it: made at the first check (a
+        child made and never used costs none of it), from what was captured when it was made."""
+        if self.made is None:
+            values = self.values
+            made = [(root, _readers(h, values)) for h, root in _roots(self.captured)]
+            for b in self.baked:
+                root = functools.partial(b.namespace.get, b.name, _lookups.MISSING)
+                read = (
+                    functools.partial(_lookups.read_again, fast=b.fast, steps=b.steps) if b.steps else _itself
+                )
+                made.append((root, [(b.label, read, b.value)]))
+            self.made = made
+        return self.made
 
     def check(self) -> None:
         for root_of, readers in self.reads:
@@ -468,7 +497,8 @@ class Source:
                 if new is not old and not _same(old, new):
                     shown = "no longer readable" if new is _lookups.MISSING else f"now {new!r}"
                     raise ValueError(
-                        f"optax_pytree: {self.where} read {name} = {old!r} when the optimizer was made, "
+                        f"optax_pytree: the schedule {self.factory.__qualname__} ({self.factory.where()}) "
+                        f"read {name} = {old!r} when the optimizer was made, "
                         f"and it is {shown}: the optimizer holds the values read then (plain optax "
                         "would read the new one when it next runs or traces the schedule): make the "
                         "optimizer again after changing the config"
@@ -664,7 +694,7 @@ def child(fn: Any, make: Callable[[Any, dict[str, Any]], Any], freeze: Callable[
     if wrapped is None:
         return None
     # Checked at every flatten (each jitted call) and eager build (``_watch``).
-    source = Source(captured, f"the schedule {factory.__qualname__} ({factory.where()})", baked)
+    source = Source(captured, factory, baked)
     wrapped = _watch.watch(wrapped, source)
     if only_wrapped(captured.values):
         return wrapped

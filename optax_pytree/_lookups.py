@@ -381,6 +381,9 @@ class _Attribute(NamedTuple):
 
     kind: str  # "value", "method" or "property"
     value: Any  # the value; the method's or getter's function
+    # How to read it again (``read_again``): "cfg" (a config dict's item), "own" (the
+    # object's ``__dict__``) or "attr" (read as here).
+    access: str = "attr"
 
 
 def _attribute(obj: Any, name: str) -> _Attribute:
@@ -395,7 +398,7 @@ def _attribute(obj: Any, name: str) -> _Attribute:
         if not present:
             raise _Absent
         try:
-            return _Attribute("value", getattr(obj, name))
+            return _Attribute("value", getattr(obj, name), "cfg")
         except Exception:  # noqa: BLE001 - a missing value ('???'): raised in the function, as plain
             raise Fail from None
     if _is_namedtuple(obj):
@@ -406,14 +409,14 @@ def _attribute(obj: Any, name: str) -> _Attribute:
     if type_named(obj, _PYDANTIC):
         fields = getattr(cls, "model_fields", None)
         if isinstance(fields, dict) and name in fields and name in own:
-            return _Attribute("value", own[name])
+            return _Attribute("value", own[name], "own")
         if name.startswith("_"):
             raise Fail  # its private attributes and extra fields answer through __getattr__
     elif isinstance(obj, (dict, list, tuple, type, types.ModuleType)) or not plain_class(cls):
         raise Fail
     found = _on_class(cls, name)
     if name in own and not _is_data_descriptor(found):
-        return _Attribute("value", own[name])
+        return _Attribute("value", own[name], "own")
     if found is MISSING:
         if type_named(obj, _PYDANTIC):
             raise Fail  # an extra field, perhaps
@@ -486,50 +489,34 @@ def resolve(obj: Any, steps: Path) -> Any:
     return obj
 
 
-def reader(obj: Any, steps: Path) -> Any:
-    """A function that reads ``steps`` of an object again as :func:`resolve` does, fast where each
-    object along them is of the type it was when ``obj`` was read (the look-ups were checked safe
-    for those types then); :func:`resolve` itself for any other. What a check runs at every
-    jitted call (``_closures.Source``, ``_watch``)."""
-    fast: list[tuple[type, Any]] = []
-    for kind, key in steps:
-        cls = type(obj)
-        if kind == "get":
-            got = _got(obj, key)
-            fast.append((cls, lambda o, k=key: _got(o, k)))
-        elif kind == "item":
-            got = _item(obj, key)
-            fast.append((cls, lambda o, k=key: o[k]))
+# How a look-up was done when the plan was made, to be done again: (access, the object's type
+# then, key); access is "item", "get", "cfg" (a config dict's attribute: its item), "own" (an
+# attribute in the object's ``__dict__``) or "attr" (any other attribute, read as planned).
+Fast = tuple[tuple[str, type, Any], ...]
+
+
+def read_again(root: Any, fast: Fast, steps: Path) -> Any:
+    """What ``steps`` read of ``root`` now, as :func:`resolve` tells it: each look-up done as
+    it was when the plan was made (:class:`Leaf` ``.fast``), where each object along the path
+    is of the type it was then (its look-ups were found safe for that type); :func:`resolve`
+    itself for any other. What a check runs at every jitted call (``_closures.Source``)."""
+    value = root
+    for access, cls, key in fast:
+        if type(value) is not cls:
+            return resolve(root, steps)
+        if access == "own":
+            value = value.__dict__.get(key, ABSENT)
+        elif access == "cfg":
+            value = value[key] if key in value else ABSENT
+        elif access == "item":
+            value = value[key]
+        elif access == "get":
+            value = _got(value, key)
         else:
-            try:
-                found = _attribute(obj, key)
-            except _Absent:
-                got = ABSENT
-            else:
-                if found.kind != "value":
-                    raise Fail
-                got = found.value
-            if type_named(obj, *_CONFIG_DICTS):
-                fast.append((cls, lambda o, k=key: o[k] if k in o else ABSENT))
-            elif key in getattr(obj, "__dict__", ()) and not _is_data_descriptor(_on_class(cls, key)):
-                fast.append((cls, lambda o, k=key: o.__dict__.get(k, ABSENT)))
-            else:
-                fast.append((cls, lambda o, k=key: _attribute_value(o, k)))
-        if got is ABSENT:
-            break
-        obj = got
-
-    def read(root: Any) -> Any:
-        value = root
-        for cls, step in fast:
-            if type(value) is not cls:
-                return resolve(root, steps)
-            value = step(value)
-            if value is ABSENT:
-                return ABSENT
-        return value
-
-    return read
+            value = _attribute_value(value, key)
+        if value is ABSENT:
+            return ABSENT
+    return value
 
 
 def _attribute_value(obj: Any, name: str) -> Any:
@@ -568,11 +555,12 @@ class Node:
 class Leaf:
     """A value read whole: a parameter of the factory, read along ``steps`` from the captured object."""
 
-    __slots__ = ("name", "steps", "value")
+    __slots__ = ("fast", "name", "steps", "value")
 
-    def __init__(self, value: Any, steps: Path):
+    def __init__(self, value: Any, steps: Path, fast: Fast):
         self.value = value
         self.steps = steps
+        self.fast = fast  # the look-ups as they were done (``read_again``)
         self.name = ""
 
 
@@ -583,22 +571,23 @@ class _Code(NamedTuple):
     function: types.FunctionType
 
 
-def plan(obj: Any, paths: tuple[Path, ...] | None, depth: int, at: Path = ()) -> Node | None:
-    """The look-ups ``paths`` make of ``obj`` (itself read along ``at``), or None where one
-    cannot be replaced safely."""
+def plan(obj: Any, paths: tuple[Path, ...] | None, depth: int, at: Path = (), fast: Fast = ()) -> Node | None:
+    """The look-ups ``paths`` make of ``obj`` (itself read along ``at``, done as ``fast``), or
+    None where one cannot be replaced safely."""
     if paths is None or depth > _MAX_DEPTH:
         return None
     node = Node()
     try:
         for path in paths:
-            _add(node, obj, path, depth, at)
+            _add(node, obj, path, depth, at, fast)
     except Fail:
         return None
     return node
 
 
-def _add(node: Node, obj: Any, path: Path, depth: int, at: Path) -> None:
+def _add(node: Node, obj: Any, path: Path, depth: int, at: Path, fast: Fast) -> None:
     (kind, key), rest = path[0], path[1:]
+    cls = type(obj)
     if kind == "get" and not _is_mapping(obj):
         kind, key, rest = "call", "get", ()  # a method ``get`` of the object's class
     if kind in ("item", "get"):
@@ -606,7 +595,7 @@ def _add(node: Node, obj: Any, path: Path, depth: int, at: Path) -> None:
         if value is ABSENT:
             node.absent[("item", key)] = (*at, (kind, key))
             return
-        table, step = node.items, (kind, key)
+        table, step, access = node.items, (kind, key), (kind, cls, key)
     else:
         try:
             found = _attribute(obj, key)
@@ -615,14 +604,14 @@ def _add(node: Node, obj: Any, path: Path, depth: int, at: Path) -> None:
                 raise
             node.absent[("attr", key)] = (*at, ("attr", key))
             return
-        table, step = node.attrs, ("attr", key)
+        table, step, access = node.attrs, ("attr", key), (found.access, cls, key)
         if found.kind != "value":
             if rest or (kind == "call") != (found.kind == "method"):
                 raise Fail  # a method read as a value, or looked into
             code = found.value.__code__
             if code.co_argcount == 0 or not getattr_is_builtin(found.value):
                 raise Fail
-            inner = plan(obj, paths_read(code, code.co_varnames[0]), depth + 1, at)
+            inner = plan(obj, paths_read(code, code.co_varnames[0]), depth + 1, at, fast)
             if inner is None:
                 raise Fail
             table[key] = _Code(found.kind, found.value)
@@ -632,14 +621,15 @@ def _add(node: Node, obj: Any, path: Path, depth: int, at: Path) -> None:
         if kind == "call":  # a callable value held by the object: called as it is
             rest = ()
     held = table.get(key)
+    at, fast = (*at, step), (*fast, access)
     if not rest or isinstance(held, Leaf) or not viewable(value):
-        table[key] = Leaf(value, (*at, step))  # read whole: what is read deeper is in it
+        table[key] = Leaf(value, at, fast)  # read whole: what is read deeper is in it
         return
     inner = Node() if held is None else held
     try:
-        _add(inner, value, rest, depth, (*at, step))
+        _add(inner, value, rest, depth, at, fast)
     except Fail:  # a deeper look-up not replaced safely: this value is read whole, as it is
-        table[key] = Leaf(value, (*at, step))
+        table[key] = Leaf(value, at, fast)
         return
     table[key] = inner
 

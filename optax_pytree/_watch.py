@@ -33,6 +33,7 @@ from typing import Any
 import jax
 
 from . import _flax_serialization
+from ._caches import cache
 
 _EXACT_KEY = jax.tree_util.GetAttrKey("exact")  # the carried values' key, as ``_tree`` names it
 _SUBCLASSES: dict[type, type] = {}
@@ -56,11 +57,19 @@ def _base_structure(obj: Any, base: type) -> Any:
     the spec alone: the leaves are not made (they may be pending, ``_leaves.Pending``)."""
     core = obj._core
     spec = core.spec
+    found = _STRUCTURES.get((base, spec))
+    if found is not None:
+        return found
     count = len(spec.keys) + (1 if spec.carried else 0)  # the leaves, then the carried values
     twin: Any = tuple.__new__(base, tuple(obj)) if isinstance(obj, tuple) else object.__new__(base)
     twin.__dict__["_core"] = core
     twin.__dict__["_flat"] = ((None,) * count, spec)
-    return jax.tree_util.tree_structure(twin, is_leaf=lambda x: x is not twin)
+    found = jax.tree_util.tree_structure(twin, is_leaf=lambda x: x is not twin)
+    _STRUCTURES.set((base, spec), found)
+    return found
+
+
+_STRUCTURES = cache("(a wrapped class, a spec) -> its one-level treedef (_watch's aux data)", 1024)
 
 
 def _check(obj: Any) -> None:
