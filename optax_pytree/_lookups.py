@@ -500,7 +500,7 @@ def read_again(root: Any, fast: Fast, steps: Path) -> Any:
     it was when the plan was made (:class:`Leaf` ``.fast``), where each object along the path
     is of the type it was then (its look-ups were found safe for that type); :func:`resolve`
     itself for any other. What a check runs at every jitted call (``_closures.Source``)."""
-    value = root
+    value: Any = root
     for access, cls, key in fast:
         if type(value) is not cls:
             return resolve(root, steps)
@@ -677,7 +677,7 @@ def functions_of(node: Node) -> list[types.FunctionType]:
     out: list[types.FunctionType] = []
     for value in (*node.attrs.values(), *node.items.values()):
         if isinstance(value, _Code):
-            out.append(value.function)
+            out.append(value[1])  # its function (by index: pyright would bind the attribute)
         elif isinstance(value, Node):
             out.extend(functions_of(value))
     return out
