@@ -27,6 +27,7 @@ JAX rebuilds; ``replace`` gives values of its own (no source);
 from __future__ import annotations
 
 # pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
+import threading
 from collections.abc import Iterable
 from typing import Any
 
@@ -36,7 +37,8 @@ from . import _flax_serialization
 from ._caches import cache
 
 _EXACT_KEY = jax.tree_util.GetAttrKey("exact")  # the carried values' key, as ``_tree`` names it
-_SUBCLASSES: dict[type, type] = {}
+_SUBCLASSES: dict[type, type] = {}  # a wrapped class -> its watched subclass (registered once)
+_REGISTERING = threading.Lock()
 
 
 def watch(obj: Any, source: Any) -> Any:
@@ -98,6 +100,12 @@ def _unflatten(aux: Any, children: Iterable[Any]) -> Any:
 
 
 def _subclass(base: type) -> type:
+    with _REGISTERING:  # JAX refuses a second registration of one type
+        found = _SUBCLASSES.get(base)
+        return found if found is not None else _make_subclass(base)
+
+
+def _make_subclass(base: type) -> type:
     def replace(self: Any, **changes: Any) -> Any:
         return watch(base.replace(self, **changes), None)  # values given, not read from the config
 
