@@ -176,16 +176,13 @@ def _held(
 
 def _bound_method(fn: Any) -> tuple[types.FunctionType, Any] | None:
     """A bound method's function and self: Python's, or equinox's (a module's method is a pytree)."""
-    if type(fn) is types.MethodType or _lookups.type_named(fn, _EQUINOX_BOUND):
+    if type(fn) is types.MethodType or _lookups.is_equinox_bound_method(fn):
         function, this = getattr(fn, "__func__", None), getattr(fn, "__self__", None)
         # ``opt.init`` of a wrapped optimizer: its code is the library's, and the object
         # reaches a factory as plain optax's (a child), whose method is another: static.
         if type(function) is types.FunctionType and not is_wrapped(this):
             return function, this
     return None
-
-
-_EQUINOX_BOUND = "equinox._module._module.BoundMethod"
 
 
 def capture(fn: Any, seen: frozenset[int] = frozenset()) -> Capture | None:

@@ -335,6 +335,11 @@ class _AbsentValue:
 ABSENT = _AbsentValue()
 
 
+def is_equinox_bound_method(value: Any) -> bool:
+    """An equinox ``BoundMethod`` (a module's method, a pytree)."""
+    return _is_equinox(type(value), "BoundMethod")
+
+
 def type_named(value: Any, *names: str) -> bool:
     return not _names_of(type(value)).isdisjoint(names)
 
@@ -357,7 +362,6 @@ _CONFIG_DICTS = (
 )
 _CONFIG_LISTS = ("omegaconf.listconfig.ListConfig",)
 _PYDANTIC = "pydantic.main.BaseModel"
-_EQUINOX = "equinox._module._module.Module"
 
 
 # Attribute look-ups as ``object`` does them (SimpleNamespace's is its own, and the same).
@@ -372,8 +376,14 @@ def plain_class(cls: type) -> bool:
         return False
     if cls.__getattribute__ in _PLAIN_GETATTRIBUTE:
         return True
-    module = next((c for c in cls.__mro__ if f"{c.__module__}.{c.__qualname__}" == _EQUINOX), None)
+    module = next((c for c in cls.__mro__ if _is_equinox(c, "Module")), None)
     return module is not None and cls.__getattribute__ is module.__getattribute__
+
+
+def _is_equinox(cls: type, name: str) -> bool:
+    """An equinox class by its name (``equinox._module._module.Module`` now, ``equinox._module.Module``
+    in equinox 0.11): told without importing equinox."""
+    return cls.__qualname__ == name and (cls.__module__ or "").startswith("equinox.")
 
 
 class _Attribute(NamedTuple):
@@ -425,6 +435,10 @@ def _attribute(obj: Any, name: str) -> _Attribute:
         if found.fget is None or type(found.fget) is not types.FunctionType:
             raise Fail
         return _Attribute("property", found.fget)
+    if _is_equinox(type(found), "_wrap_method"):  # equinox 0.11 wraps a module's methods
+        found = getattr(found, "method", None)
+        if type(found) is not types.FunctionType:
+            raise Fail
     if type(found) is types.FunctionType:
         return _Attribute("method", found)
     if type(found).__name__ == "member_descriptor":  # __slots__
