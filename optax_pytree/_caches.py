@@ -54,6 +54,9 @@ default object).
     an id is not reused while it is a key.
 13. ``_spec._MADE_STATIC``: a spec -> the arguments the library made static
     and why, for ``explain`` only. Safe: nothing is computed from it.
+14. ``_watch._STRUCTURES``: (a wrapped class, a spec) -> the one-level
+    treedef of an object of that class and spec (a closure child's aux
+    data). Safe: a function of both (the number of leaves is the spec's).
 
 Not caches in that sense, and not here: ``functools.lru_cache`` on pure
 functions of hashable arguments (``_leaves``' compiled converters and dtype

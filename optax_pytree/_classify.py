@@ -403,7 +403,11 @@ def _classify_common(
             key_parts.append((name, Role.CHILD, structure(value)))
             roles[name] = Role.CHILD
             children.append(name)
-        elif kind is types.FunctionType and value.__closure__ is None:  # nothing to make a child of
+        elif (
+            kind is types.FunctionType
+            and value.__closure__ is None
+            and not _closures.reads_module_values(value)
+        ):  # nothing to make a child of
             key_parts.append((name, Role.STATIC, _static.freeze(value)))
             roles[name] = Role.STATIC
         elif (flat := flat_container(value)) is not None:  # chain's, partition's

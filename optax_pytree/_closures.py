@@ -23,29 +23,31 @@ cell, given to a ``functools.partial``, held as a NumPy or JAX array, or read
 through a captured object along attribute and item look-ups. This is
 equinox's ``closure_to_pytree``, done by the one mechanism.
 
-This module is the one home of captured values:
+This module is the one home of captured values; what a function's code reads
+of them, and which look-ups can be replaced safely, is read by ``_lookups``
+(failing closed: the whole object counts):
 
-- **reading code** (:func:`paths_read`): the paths a function's code reads
-  of a variable (``config.optim.lr``, ``config["lr"]``, ``self.helper()``),
-  read off its bytecode. Any other use of the variable (passed to a call,
-  returned, stored, an instruction this reader does not know, on any
-  Python version) gives ``None``: the whole object counts. It fails closed.
-- **reading objects** (:func:`_step`): a look-up replaced only on types whose
-  look-ups are known: plain objects and dataclasses (no ``__getattr__``),
-  ``argparse.Namespace``, ``types.SimpleNamespace``, named tuples, dicts,
-  lists and tuples, ml_collections' ``ConfigDict`` and ``FrozenConfigDict``
-  (``FieldReference`` resolved) and OmegaConf's ``DictConfig`` and
-  ``ListConfig`` (interpolations resolved); methods and properties of a
-  plain class through what their code reads of ``self``. Anything else
-  keeps the object whole (static, compared by ``_static``).
-- **the recipe** (:class:`ClosureFactory`): a function, bound method,
-  partial or callable object as a factory whose parameters are its captured
-  values, named by their paths (``config.optim.lr``); calling it rebuilds the
-  function, each captured object replaced by a view that answers exactly the
-  look-ups read, with the values given.
+- **what a callable holds** (:func:`capture`): a function's cells, a bound
+  method's ``self`` (Python's, or an equinox module's), a
+  ``functools.partial``'s arguments (over a function or a bound method), a
+  callable object's ``self``, and the globals of its module that hold
+  numbers (a config at the top of a script, cleanrl's ``args``, absl's
+  ``FLAGS``), each held as itself, as a view of what is read of it, or, a
+  list of numbers used whole, as its numbers (a new list of them).
+- **the recipe** (:class:`ClosureFactory`): such a callable as a factory
+  whose parameters are its captured values, named by their paths
+  (``config.optim.lr``, ``rates[0]``); calling it rebuilds the callable,
+  each captured object replaced by a view that answers exactly the look-ups
+  read, with the values given; a module's globals read from a namespace of
+  the rebuilt function's own (the module is never touched).
+- **the source** (:class:`Source`): what the child was made from, read again
+  at every eager build and every flatten (``_watch``): a config changed
+  since is an error naming the value, never a silently old number.
 
 Only where it is safe and useful: cells all assigned and never written
-(``nonlocal``: a rebuilt closure has fresh cells); at least one number,
+(``nonlocal``: a rebuilt closure has fresh cells); a module's globals held
+only where the function writes none and no other function or class of the
+module it reads reads them too (it would read the module's own); at least one number,
 numeric array, wrapped object or convertible function among the values;
 and a function that runs as a schedule with them (a mask or a label
 function that reads a number stays static, compared by value).
@@ -57,7 +59,6 @@ from __future__ import annotations
 import dis
 import functools
 import inspect
-import sys
 import types
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -66,397 +67,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import _lookups, _watch
 from ._bind import is_wrapped
 from ._caches import cache
 from ._leaves import is_concrete_number
+from ._lookups import Path
 from ._value import ValueObject
-
-# --------------------------------------------------------------------------
-# Reading code: the paths a variable is read along.
-
-# A step of a path: ("attr", name), ("item", key) or ("call", name) (a method called).
-Access = tuple[str, Any]
-Path = tuple[Access, ...]
-
-# Instructions that push a local or cell variable (Python 3.10 to 3.13).
-_LOADS = frozenset({"LOAD_FAST", "LOAD_DEREF", "LOAD_FAST_CHECK", "LOAD_FAST_LOAD_FAST", "LOAD_CLOSURE"})
-# Instructions that name a variable and do nothing with its value.
-_HARMLESS = frozenset({"MAKE_CELL", "COPY_FREE_VARS"})
-_ATTRIBUTE = frozenset({"LOAD_ATTR", "LOAD_METHOD"})
-# Every instruction that names a local or free variable, on this Python.
-_NAMES_A_VARIABLE = frozenset(dis.opname[op] for op in (*dis.haslocal, *dis.hasfree))
-_MAX_DEPTH = 6
-
-
-def _names(instruction: dis.Instruction) -> tuple[Any, ...]:
-    value = instruction.argval
-    return value if isinstance(value, tuple) else (value,)
-
-
-def _is_method_load(instruction: dis.Instruction) -> bool:
-    if instruction.opname == "LOAD_METHOD":
-        return True
-    # Python 3.12+: LOAD_ATTR's low bit says it pushes a method for a call.
-    return (
-        sys.version_info >= (3, 12) and instruction.opname == "LOAD_ATTR" and bool((instruction.arg or 0) & 1)
-    )
-
-
-def _follow(instructions: list[dis.Instruction], j: int) -> Path:
-    """The look-ups applied to the value pushed just before instruction ``j``."""
-    path: list[Access] = []
-    n = len(instructions)
-    while j < n and not instructions[j].is_jump_target:
-        ins = instructions[j]
-        if ins.opname in _ATTRIBUTE:
-            if _is_method_load(ins):
-                path.append(("call", ins.argval))
-                break
-            path.append(("attr", ins.argval))
-            j += 1
-        elif (
-            ins.opname == "LOAD_CONST"
-            and type(ins.argval) in (str, int)
-            and j + 1 < n
-            and instructions[j + 1].opname == "BINARY_SUBSCR"
-            and not instructions[j + 1].is_jump_target
-        ):
-            path.append(("item", ins.argval))
-            j += 2
-        else:
-            break
-    return tuple(path)
-
-
-@functools.lru_cache(maxsize=4096)
-def paths_read(code: types.CodeType, var: str) -> tuple[Path, ...] | None:
-    """The paths read of ``var`` in ``code`` and the functions it defines, in order, or None (see
-    the module).
-
-    Every path is non-empty: the variable is only ever looked into. Fails
-    closed: an instruction that names the variable and is not a known load,
-    or a load whose value is not looked into, gives None.
-    """
-    if "__class__" in code.co_freevars:
-        return None  # zero-argument super() reads self implicitly (Python < 3.12: no instruction)
-    instructions = list(dis.get_instructions(code))
-    paths: set[Path] = set()
-    for k, ins in enumerate(instructions):
-        names = _names(ins)
-        if var not in names:
-            continue
-        op = ins.opname
-        if op in _HARMLESS:
-            continue
-        if op not in _LOADS:
-            if op in _NAMES_A_VARIABLE:
-                return None  # a store, a delete, or a load this reader does not know (LOAD_FAST_BORROW)
-            continue  # an attribute, global or constant that happens to share the name
-        if op == "LOAD_CLOSURE" or _closure_tuple(instructions, k):
-            continue  # handed to a function defined here: read below
-        if names[-1] != var or names.count(var) != 1:
-            return None  # pushed below another value: what happens to it is not followed
-        path = _follow(instructions, k + 1)
-        if not path:
-            return None
-        paths.add(path)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType) and var in const.co_freevars:
-            inner = paths_read(const, var)
-            if inner is None:
-                return None
-            paths.update(inner)
-    return tuple(sorted(paths, key=repr))
-
-
-def _closure_tuple(instructions: list[dis.Instruction], k: int) -> bool:
-    """Whether instruction ``k`` loads a cell into the closure of a function being made."""
-    j = k
-    while j < len(instructions) and instructions[j].opname in _LOADS:
-        j += 1
-    return (
-        j + 1 < len(instructions)
-        and instructions[j].opname == "BUILD_TUPLE"
-        and isinstance(instructions[j + 1].argval, types.CodeType)
-    )
-
-
-def values_read(code: types.CodeType, var: str, obj: Any) -> tuple[Any, list[tuple[str, Any]]] | None:
-    """What ``code`` reads of ``obj`` (held by its variable ``var``): the shape of its look-ups and
-    the values read, by path; None where that cannot be told (the whole object counts).
-
-    What ``_static`` compares an object a static function holds by.
-    """
-    plan = _plan(obj, paths_read(code, var), 0)
-    if plan is None:
-        return None
-    values = [(leaf.name, leaf.value) for leaf in _leaves_of(plan, var)]
-    return _shape(plan), values
-
-
-# --------------------------------------------------------------------------
-# Reading objects: a look-up done on a type whose look-ups are known.
-
-
-class _Fail(Exception):
-    """A look-up this module cannot replace safely: the object stays whole."""
-
-
-_MISSING = object()
-
-
-def _type_named(value: Any, *names: str) -> bool:
-    return not _names_of(type(value)).isdisjoint(names)
-
-
-@functools.lru_cache(maxsize=1024)
-def _names_of(cls: type) -> frozenset[str]:
-    """The full names of a class and its bases (its kind, told without importing its library)."""
-    return frozenset(f"{c.__module__}.{c.__qualname__}" for c in cls.__mro__)
-
-
-@functools.lru_cache(maxsize=4096)
-def _on_class(cls: type, name: str) -> Any:
-    """``name`` as the class holds it (``inspect.getattr_static``), once per class and name."""
-    return inspect.getattr_static(cls, name, _MISSING)
-
-
-_CONFIG_DICTS = (
-    "ml_collections.config_dict.config_dict.ConfigDict",
-    "omegaconf.dictconfig.DictConfig",
-)
-_CONFIG_LISTS = ("omegaconf.listconfig.ListConfig",)
-
-
-# Attribute look-ups as ``object`` does them (SimpleNamespace's is its own, and the same).
-_PLAIN_GETATTRIBUTE = (object.__getattribute__, types.SimpleNamespace.__getattribute__)
-
-
-def _plain_class(cls: type) -> bool:
-    return cls.__getattribute__ in _PLAIN_GETATTRIBUTE and not hasattr(cls, "__getattr__")
-
-
-class _Attribute(NamedTuple):
-    """What ``obj.name`` is: a value, or code of its class run on it (a method or a property)."""
-
-    kind: str  # "value", "method" or "property"
-    value: Any  # the value; the method's or getter's function
-
-
-def _attribute(obj: Any, name: str) -> _Attribute:
-    cls = type(obj)
-    if _type_named(obj, *_CONFIG_DICTS):
-        if name.startswith("_") or _on_class(cls, name) is not _MISSING:
-            raise _Fail  # one of its methods or its own state
-        return _Attribute("value", getattr(obj, name))
-    if _is_namedtuple(obj):
-        if name not in cls._fields:  # pyright: ignore[reportAttributeAccessIssue]
-            raise _Fail
-        return _Attribute("value", getattr(obj, name))
-    if isinstance(obj, (dict, list, tuple, type, types.ModuleType)) or not _plain_class(cls):
-        raise _Fail
-    found = _on_class(cls, name)
-    own = getattr(obj, "__dict__", {})
-    if name in own and not _is_data_descriptor(found):
-        return _Attribute("value", own[name])
-    if found is _MISSING:
-        raise _Fail  # not there: plain Python raises; keep that to the object itself
-    if isinstance(found, property):
-        if found.fget is None or type(found.fget) is not types.FunctionType:
-            raise _Fail
-        return _Attribute("property", found.fget)
-    if type(found) is types.FunctionType:
-        return _Attribute("method", found)
-    if type(found).__name__ == "member_descriptor":  # __slots__
-        return _Attribute("value", getattr(obj, name))
-    if callable(found) or hasattr(type(found), "__get__"):
-        raise _Fail  # a classmethod, a staticmethod, another descriptor: what it reads is unknown
-    return _Attribute("value", found)  # a class constant
-
-
-def _is_namedtuple(obj: Any) -> bool:
-    """A NamedTuple: its fields a tuple of the class (a wrapped optimizer answers ``_fields`` as
-    optax's NamedTuples do, through a property, and is no plain tuple to read into)."""
-    return isinstance(obj, tuple) and isinstance(getattr(type(obj), "_fields", None), tuple)
-
-
-def _is_data_descriptor(x: Any) -> bool:
-    return x is not _MISSING and hasattr(type(x), "__set__")
-
-
-def _item(obj: Any, key: Any) -> Any:
-    if type(obj) in (dict, list, tuple) or _type_named(obj, *_CONFIG_DICTS, *_CONFIG_LISTS):
-        try:
-            return obj[key]
-        except Exception:  # noqa: BLE001 - a missing key raises in the function itself, as plain
-            raise _Fail from None
-    if _is_namedtuple(obj):
-        return obj[key]
-    raise _Fail
-
-
-# --------------------------------------------------------------------------
-# The plan of a captured object: the look-ups read, as a tree.
-
-
-class _Node:
-    """The look-ups read of one object: attributes and items, each a value or a deeper node."""
-
-    __slots__ = ("attrs", "items")
-
-    def __init__(self) -> None:
-        self.attrs: dict[str, Any] = {}  # name -> _Node | _Leaf | _Code
-        self.items: dict[Any, Any] = {}  # key -> _Node | _Leaf
-
-
-class _Leaf:
-    """A value read whole: a parameter of the factory, read along ``steps`` from the captured object."""
-
-    __slots__ = ("name", "steps", "value")
-
-    def __init__(self, value: Any, steps: Path):
-        self.value = value
-        self.steps = steps
-        self.name = ""
-
-
-class _Code(NamedTuple):
-    """A method or property of the object's class, run on the view."""
-
-    kind: str  # "method" or "property"
-    function: types.FunctionType
-
-
-def _plan(obj: Any, paths: tuple[Path, ...] | None, depth: int, at: Path = ()) -> _Node | None:
-    """The look-ups ``paths`` make of ``obj`` (itself read along ``at``), or None where one
-    cannot be replaced safely."""
-    if paths is None or depth > _MAX_DEPTH:
-        return None
-    node = _Node()
-    try:
-        for path in paths:
-            _add(node, obj, path, depth, at)
-    except _Fail:
-        return None
-    return node
-
-
-def _add(node: _Node, obj: Any, path: Path, depth: int, at: Path) -> None:
-    (kind, key), rest = path[0], path[1:]
-    if kind == "item":
-        table, value = node.items, _item(obj, key)
-    else:
-        found = _attribute(obj, key)
-        table = node.attrs
-        if found.kind != "value":
-            if rest or (kind == "call") != (found.kind == "method"):
-                raise _Fail  # a method read as a value, or looked into
-            code = found.value.__code__
-            if code.co_argcount == 0:
-                raise _Fail
-            inner = _plan(obj, paths_read(code, code.co_varnames[0]), depth + 1, at)
-            if inner is None:
-                raise _Fail
-            table[key] = _Code(found.kind, found.value)
-            _merge(node, inner)
-            return
-        value = found.value
-        if kind == "call":  # a callable value held by the object: called as it is
-            rest = ()
-    held = table.get(key)
-    step = ("item" if kind == "item" else "attr", key)
-    if not rest or isinstance(held, _Leaf) or not _viewable(value):
-        table[key] = _Leaf(value, (*at, step))  # read whole: what is read deeper is in it
-        return
-    inner = _Node() if held is None else held
-    try:
-        _add(inner, value, rest, depth, (*at, step))
-    except _Fail:  # a deeper look-up not replaced safely: this value is read whole, as it is
-        table[key] = _Leaf(value, (*at, step))
-        return
-    table[key] = inner
-
-
-def _merge(into: _Node, other: _Node) -> None:
-    for table, more in ((into.attrs, other.attrs), (into.items, other.items)):
-        for key, value in more.items():
-            held = table.get(key)
-            if isinstance(value, _Node) and isinstance(held, _Node):
-                _merge(held, value)
-            elif held is None or isinstance(value, _Leaf):
-                table[key] = value
-
-
-def _leaves_of(node: _Node, prefix: str) -> list[_Leaf]:
-    """The leaves of a plan, each named by its path (``config.optim.lr``, ``config['lr']``)."""
-    out: list[_Leaf] = []
-    for table, spell in ((node.attrs, lambda k: f".{k}"), (node.items, lambda k: f"[{k!r}]")):
-        for key, value in table.items():
-            if isinstance(value, _Leaf):
-                value.name = prefix + spell(key)
-                out.append(value)
-            elif isinstance(value, _Node):
-                out.extend(_leaves_of(value, prefix + spell(key)))
-    return out
-
-
-def _shape(node: _Node) -> Any:
-    """A plan without its values: part of the factory's key."""
-
-    def part(x: Any) -> Any:
-        if isinstance(x, _Leaf):
-            return ("leaf", x.name)
-        if isinstance(x, _Code):
-            return (x.kind, x.function)
-        return _shape(x)
-
-    return (
-        tuple((k, part(v)) for k, v in node.attrs.items()),
-        tuple((k, part(v)) for k, v in node.items.items()),
-    )
-
-
-class _View:
-    """What a rebuilt function holds in place of a captured object: the look-ups it reads, answered.
-
-    The function's code was read: it only looks into the variable (see
-    :func:`paths_read`), along the paths of the plan; methods and properties
-    of the object's class run on the view.
-    """
-
-    __slots__ = ("_optax_pytree_attrs", "_optax_pytree_items")
-
-    def __init__(self, node: _Node, values: dict[str, Any]):
-        attrs: dict[str, Any] = {}
-        for key, x in node.attrs.items():
-            if isinstance(x, _Leaf):
-                attrs[key] = values[x.name]
-            elif isinstance(x, _Code):
-                attrs[key] = x
-            else:
-                attrs[key] = _View(x, values)
-        self._optax_pytree_attrs = attrs
-        self._optax_pytree_items = {
-            k: values[x.name] if isinstance(x, _Leaf) else _View(x, values) for k, x in node.items.items()
-        }
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            found = self._optax_pytree_attrs[name]
-        except KeyError:
-            raise AttributeError(name) from None
-        if isinstance(found, _Code):
-            if found.kind == "property":
-                return found.function(self)
-            return types.MethodType(found.function, self)
-        return found
-
-    def __getitem__(self, key: Any) -> Any:
-        return self._optax_pytree_items[key]
-
-    def __repr__(self) -> str:
-        return f"<view of {sorted(self._optax_pytree_attrs) + sorted(self._optax_pytree_items, key=repr)}>"
-
 
 # --------------------------------------------------------------------------
 # Reading cells, and the recipe of a callable.
@@ -481,11 +97,34 @@ def _useful(value: Any, seen: frozenset[int]) -> bool:
     return callable(value) and capture(value, seen) is not None
 
 
+_MAX_ITEMS = 64  # a longer list of numbers is data, not hyperparameters: kept whole
+
+
+class _Items(NamedTuple):
+    """A list or tuple of numbers used whole (iterated, sliced, zipped): a new one of its items."""
+
+    kind: type  # list or tuple
+    length: int
+
+    def names(self, name: str) -> list[str]:
+        return [f"{name}[{i}]" for i in range(self.length)]
+
+
+def _number_items(value: Any) -> _Items | None:
+    if type(value) not in (list, tuple) or not 0 < len(value) <= _MAX_ITEMS:
+        return None
+    if not all(type(x) in (int, float) for x in value):  # Python numbers (no bool): leaves
+        return None
+    return _Items(type(value), len(value))
+
+
 class _Held(NamedTuple):
     """How one captured value is handed to the rebuilt function."""
 
-    name: str  # the cell's or parameter's name
-    plan: _Node | None  # None: the value itself, a parameter of that name; else a view of it
+    name: str  # the cell's, parameter's or global's name
+    # None: the value itself, a parameter of that name; a Node: a view of what is read of it;
+    # _Items: a new list or tuple of its items, each a parameter (``rates[0]``, ...).
+    plan: _lookups.Node | _Items | None
 
 
 class Capture(NamedTuple):
@@ -494,34 +133,56 @@ class Capture(NamedTuple):
     kind: str  # "function", "method", "partial" or "object" (a callable object's __call__)
     function: Any  # the types.FunctionType that runs (typed Any: pyright would bind it as a method)
     cells: tuple[_Held, ...]  # the function's closure, in order
-    bound: tuple[_Held, ...]  # the method's self; the partial's arguments (positional first)
+    bound: tuple[_Held, ...]  # the method's self; the partial's (its bound method's self first)
     positional: int  # how many of ``bound`` are a partial's positional arguments
     partial_type: type | None
     values: dict[str, Any]  # parameter name -> value
     source: Any  # the callable given
+    # The module's globals the function reads that are held as its values (a config at the
+    # top of a script, ``FLAGS``): the rebuilt function reads them from a namespace of its own.
+    globals: tuple[_Held, ...] = ()
+    self_bound: bool = False  # a partial of a bound method: ``bound[0]`` is its self
 
 
-def _held(code: types.CodeType, name: str, value: Any, values: dict[str, Any], seen: frozenset[int]) -> _Held:
-    """A captured value as parameters: itself, or the values read through it (a view)."""
-    if is_concrete_number(value) or is_wrapped(value) or not _viewable(value):
+def _held(
+    read: Callable[[], tuple[Path, ...] | None],
+    name: str,
+    value: Any,
+    values: dict[str, Any],
+    seen: frozenset[int],
+) -> _Held:
+    """A captured value as parameters: itself, the values read through it (a view), or its items.
+
+    ``read``: the paths the code reads of it (``_lookups.paths_read``), asked only for an object.
+    """
+    if is_concrete_number(value) or is_wrapped(value) or not _lookups.viewable(value):
         values[name] = value
         return _Held(name, None)
-    plan = _plan(value, paths_read(code, name), 0)
+    paths = read()
+    plan = _lookups.plan(value, paths, 0)
     if plan is not None:
-        leaves = _leaves_of(plan, name)
+        leaves = _lookups.leaves_of(plan, name)
         if any(_useful(leaf.value, seen) for leaf in leaves):
             for leaf in leaves:
                 values[leaf.name] = leaf.value
             return _Held(name, plan)
+    items = _number_items(value) if paths is None else None
+    if items is not None:  # used whole: the list is new, its numbers leaves
+        values.update(zip(items.names(name), value))
+        return _Held(name, items)
     values[name] = value
     return _Held(name, None)
 
 
-def _viewable(value: Any) -> bool:
-    """Whether a value may be replaced by a view of what is read of it (an object, a container)."""
-    if value is None or isinstance(value, (str, bytes, bool, int, float, complex, type, types.ModuleType)):
-        return False
-    return not callable(value) or (hasattr(value, "__dict__") and not isinstance(value, types.FunctionType))
+def _bound_method(fn: Any) -> tuple[types.FunctionType, Any] | None:
+    """A bound method's function and self: Python's, or equinox's (a module's method is a pytree)."""
+    if type(fn) is types.MethodType or _lookups.is_equinox_bound_method(fn):
+        function, this = getattr(fn, "__func__", None), getattr(fn, "__self__", None)
+        # ``opt.init`` of a wrapped optimizer: its code is the library's, and the object
+        # reaches a factory as plain optax's (a child), whose method is another: static.
+        if type(function) is types.FunctionType and not is_wrapped(this):
+            return function, this
+    return None
 
 
 def capture(fn: Any, seen: frozenset[int] = frozenset()) -> Capture | None:
@@ -534,48 +195,51 @@ def capture(fn: Any, seen: frozenset[int] = frozenset()) -> Capture | None:
     bound: list[_Held] = []
     positional = 0
     partial_type = None
+    self_bound = False
+    this: Any = None
     function: types.FunctionType
+    method = _bound_method(fn)
     if type(fn) is types.FunctionType:
         kind, function = "function", fn
-    elif (
-        type(fn) is types.MethodType
-        and type(fn.__func__) is types.FunctionType
-        # ``opt.init`` of a wrapped optimizer: its code is the library's, and the object
-        # reaches a factory as plain optax's (a child), whose method is another: static.
-        and not is_wrapped(fn.__self__)
-    ):
-        kind, function = "method", fn.__func__
+    elif method is not None:
+        kind, (function, this) = "method", method
     elif isinstance(fn, functools.partial) and type(fn.func) is types.FunctionType:
         kind, function, partial_type = "partial", fn.func, type(fn)
+    elif isinstance(fn, functools.partial) and (of_method := _bound_method(fn.func)) is not None:
+        kind, (function, this), partial_type = "partial", of_method, type(fn)
+        self_bound = True
     elif (
         callable(fn)
         and not is_wrapped(fn)
         and hasattr(fn, "__dict__")
         and type(inspect.getattr_static(type(fn), "__call__", None)) is types.FunctionType
-        and _plain_class(type(fn))
+        and _lookups.plain_class(type(fn))
     ):
-        kind, function = "object", inspect.getattr_static(type(fn), "__call__")
+        kind, function, this = "object", inspect.getattr_static(type(fn), "__call__"), fn
     else:
         return None
     code = function.__code__
-    if _writes_a_cell(code):
+    if _writes_a_cell(code) or not _lookups.getattr_is_builtin(function):
         return None
-    if kind in ("method", "object"):
+
+    def held(name: str, value: Any) -> _Held:
+        return _held(lambda: _lookups.paths_read(code, name), name, value, values, seen)
+
+    if kind in ("method", "object") or self_bound:
         if code.co_argcount == 0:
             return None
-        this = given.__self__ if kind == "method" else given
-        bound.append(_held(code, code.co_varnames[0], this, values, seen))
-    elif kind == "partial":
+        bound.append(held(code.co_varnames[0], this))
+    if kind == "partial":
         if getattr(given, "__dict__", None):
             return None
-        names = code.co_varnames[: code.co_argcount]
+        names = code.co_varnames[int(self_bound) : code.co_argcount]
         if len(given.args) > len(names):
             return None
         positional = len(given.args)
         for name, value in (*zip(names, given.args), *given.keywords.items()):
             if name in values or any(h.name == name for h in bound):
                 return None
-            bound.append(_held(code, name, value, values, seen))
+            bound.append(held(name, value))
     cells: list[_Held] = []
     for name, cell in zip(code.co_freevars, function.__closure__ or ()):
         try:
@@ -584,44 +248,150 @@ def capture(fn: Any, seen: frozenset[int] = frozenset()) -> Capture | None:
             return None
         if value is fn or value is function:  # it calls itself: rebuilt, it would call the old one
             return None
-        cells.append(_held(code, name, value, values, seen))
+        cells.append(held(name, value))
+    held_globals = _held_globals(function, values, seen, {h.name for h in (*cells, *bound)})
     if not any(_useful(v, seen) for v in values.values()):
         return None
-    return Capture(kind, function, tuple(cells), tuple(bound), positional, partial_type, values, fn)
+    return Capture(
+        kind,
+        function,
+        tuple(cells),
+        tuple(bound),
+        positional,
+        partial_type,
+        values,
+        fn,
+        held_globals,
+        self_bound,
+    )
+
+
+def _held_globals(
+    function: types.FunctionType, values: dict[str, Any], seen: frozenset[int], taken: set[str]
+) -> tuple[_Held, ...]:
+    """The module's globals ``function`` reads that hold numbers (a config, a rate), held as its
+    values; none where that is not safe (see :func:`_module_reads_them`)."""
+    code, namespace = function.__code__, function.__globals__
+    read = _lookups.globals_read(code)
+    found: list[_Held] = []
+    more: dict[str, Any] = {}
+    for name in sorted(read.names - taken):
+        value = namespace.get(name, _lookups.MISSING)
+        if value is _lookups.MISSING or not (is_concrete_number(value) or _lookups.viewable(value)):
+            continue
+        if callable(value) or is_wrapped(value):
+            continue  # a function, a class, an optimizer: the module's own, read as it is
+        h = _held(lambda name=name: _lookups.global_paths_read(code, name), name, value, more, seen)
+        if h.plan is not None or is_concrete_number(value):
+            found.append(h)
+        else:
+            more.pop(name, None)
+    if not found or read.writes or _module_reads_them(function, {h.name for h in found}):
+        return ()
+    values.update(more)
+    return tuple(found)
+
+
+def reads_module_values(function: types.FunctionType) -> bool:
+    """Whether ``function`` reads a global of its module that holds numbers (a number, a config
+    object, a list): then it may be a child, its numbers read there leaves (:func:`capture`)."""
+    namespace, code = function.__globals__, function.__code__
+    for name in _lookups.globals_read(code).names:
+        value = namespace.get(name)
+        if is_concrete_number(value) or _number_items(value) is not None:
+            return True
+        if (
+            _lookups.viewable(value)
+            and not callable(value)
+            and not is_wrapped(value)
+            and _lookups.global_paths_read(code, name) is not None  # looked into, not used whole
+        ):
+            return True
+    return False
+
+
+def _module_reads_them(function: types.FunctionType, names: set[str]) -> bool:
+    """Whether a function or class of the module that ``function`` reads (at any depth) also
+    reads ``names``: it would read the module's own (the old values), not the rebuilt function's."""
+    namespace = function.__globals__
+    return any(
+        f.__globals__ is namespace and names & _lookups.globals_read(f.__code__).names
+        for f in _lookups.reachable([function])[1:]
+    )
+
+
+class _Baked(NamedTuple):
+    """A value of a module's globals that the child's code reads from the module itself (a helper
+    function of the module reads its config, a method reads ``FLAGS``): a constant of every
+    trace. Part of the factory's key, so that another value is another compilation, never the
+    first one's; and checked by the source, as the values held are."""
+
+    label: str  # ``lr_helper reads CONFIG.lr``
+    namespace: dict[str, Any]  # the module's globals
+    name: str
+    steps: Path  # read along these from the global; () for the global itself
+    fast: _lookups.Fast  # how (``_lookups.read_again``)
+    value: Any
+
+
+def _baked(captured: Capture) -> list[_Baked]:
+    """What the child's code reads of its modules' globals that it does not hold (see _Baked)."""
+    plans = [h.plan for h in (*captured.cells, *captured.bound, *captured.globals)]
+    methods = [f for p in plans if isinstance(p, _lookups.Node) for f in _lookups.functions_of(p)]
+    held = {h.name for h in captured.globals}
+    main = captured.function
+    out: list[_Baked] = []
+    for f in _lookups.reachable([main, *methods]):
+        namespace = f.__globals__
+        for name in sorted(_lookups.globals_read(f.__code__).names):
+            if f is main and name in held:
+                continue  # read from the rebuilt function's own namespace
+            value = namespace.get(name, _lookups.MISSING)
+            label = f"{f.__qualname__} reads {name}"
+            if is_concrete_number(value):
+                out.append(_Baked(label, namespace, name, (), (), value))
+            elif _lookups.viewable(value) and not callable(value) and not is_wrapped(value):
+                plan = _lookups.plan(value, _lookups.global_paths_read(f.__code__, name), 0)
+                for leaf in [] if plan is None else _lookups.leaves_of(plan, name):
+                    out.append(
+                        _Baked(
+                            f"{f.__qualname__} reads {leaf.name}",
+                            namespace,
+                            name,
+                            leaf.steps,
+                            leaf.fast,
+                            leaf.value,
+                        )
+                    )
+    return out
 
 
 def _roots(captured: Capture) -> list[tuple[_Held, Callable[[], Any]]]:
     """Each captured value with how to read it again from the callable given."""
     fn = captured.source
-    function = fn.__func__ if captured.kind == "method" else fn.func if captured.kind == "partial" else None
-    cells = (function if function is not None else captured.function).__closure__ or ()
+    function = captured.function
     if captured.kind == "function":
-        cells = fn.__closure__ or ()
+        function = fn  # its own cells (the recipe's function is the first one made)
     out: list[tuple[_Held, Callable[[], Any]]] = [
-        (h, lambda c=c: c.cell_contents) for h, c in zip(captured.cells, cells)
+        (h, lambda c=c: c.cell_contents) for h, c in zip(captured.cells, function.__closure__ or ())
     ]
+    namespace = function.__globals__
+    out += [(h, lambda n=h.name: namespace.get(n, _lookups.MISSING)) for h in captured.globals]
     if captured.kind in ("method", "object"):
-        this = fn.__self__ if captured.kind == "method" else fn
+        this = fn if captured.kind == "object" else fn.__self__
         out.append((captured.bound[0], lambda: this))
     elif captured.kind == "partial":
-        for i, h in enumerate(captured.bound):
+        bound = captured.bound
+        if captured.self_bound:
+            this = fn.func.__self__
+            out.append((bound[0], lambda: this))
+            bound = bound[1:]
+        for i, h in enumerate(bound):
             if i < captured.positional:
                 out.append((h, lambda i=i: fn.args[i]))
             else:
                 out.append((h, lambda n=h.name: fn.keywords[n]))
     return out
-
-
-def _resolve(obj: Any, steps: Path) -> Any:
-    for kind, key in steps:
-        if kind == "item":
-            obj = _item(obj, key)
-        else:
-            found = _attribute(obj, key)
-            if found.kind != "value":
-                raise _Fail
-            obj = found.value
-    return obj
 
 
 def _same(old: Any, new: Any) -> bool:
@@ -641,52 +411,94 @@ def _same(old: Any, new: Any) -> bool:
         return False
 
 
+def _itself(x: Any) -> Any:
+    return x
+
+
+def _readers(h: _Held, values: dict[str, Any]) -> list[tuple[str, Callable[[Any], Any], Any]]:
+    """What a check reads again of one captured value: (name, how to read it from the root, the
+    value then)."""
+    plan = h.plan
+    if plan is None:
+        return [(h.name, lambda root: root, values[h.name])]
+    if isinstance(plan, _Items):
+        shape = (plan.kind, plan.length)
+        out = [(f"the length of {h.name}", lambda root: (type(root), len(root)), shape)]
+        for i, name in enumerate(plan.names(h.name)):
+            out.append((name, lambda root, i=i: root[i], values[name]))
+        return out
+    out = [
+        (
+            leaf.name,
+            functools.partial(_lookups.read_again, fast=leaf.fast, steps=leaf.steps),
+            values[leaf.name],
+        )
+        for leaf in _lookups.leaves_of(plan, h.name)
+    ]
+    out += [
+        (name, functools.partial(_lookups.resolve, steps=steps), _lookups.ABSENT)
+        for name, steps in _lookups.absent_of(plan, h.name)
+    ]
+    return out
+
+
 class Source:
     """What a child was made from: the callable given, and the values read through it then.
 
     A program may change its config after making the optimizer; plain optax
-    reads the config at every call of the schedule. :meth:`check` reads it
-    again (on every eager build of the child, see ``_build.build_child``) and
-    raises, naming the value, where it changed: the object holds the values
-    read when it was made, and a silently different number is never given.
+    reads the config whenever it runs the schedule (eagerly) or traces it
+    (under ``jit``). :meth:`check` reads it again, at every eager build
+    (``_core.Core.check_sources``) and every flatten, so at every jitted call
+    (``_watch``), and raises, naming the value, where it changed: the object
+    holds the values read when it was made, and a silently different number
+    is never given.
     """
 
-    __slots__ = ("captured", "snapshot", "where")
+    __slots__ = ("baked", "captured", "factory", "made", "values")
 
-    def __init__(self, captured: Capture, where: str):
-        self.captured = captured
-        self.where = where
+    def __init__(self, captured: Capture, factory: ClosureFactory, baked: list[_Baked]):
+        self.captured, self.factory, self.baked = captured, factory, baked
         # In-place changes of a NumPy array are changes too: a copy of each.
-        self.snapshot = {
+        self.values = {
             n: np.array(v, copy=True) if isinstance(v, np.ndarray) else v for n, v in captured.values.items()
         }
+        self.made: list[tuple[Callable[[], Any], list[tuple[str, Callable[[Any], Any], Any]]]] | None = None
+
+    @property
+    def reads(self) -> list[tuple[Callable[[], Any], list[tuple[str, Callable[[Any], Any], Any]]]]:
+        """Each root (how to read it again) and what is read of it: made at the first check (a
+        child made and never used costs none of it), from what was captured when it was made."""
+        if self.made is None:
+            values = self.values
+            made = [(root, _readers(h, values)) for h, root in _roots(self.captured)]
+            for b in self.baked:
+                root = functools.partial(b.namespace.get, b.name, _lookups.MISSING)
+                read = (
+                    functools.partial(_lookups.read_again, fast=b.fast, steps=b.steps) if b.steps else _itself
+                )
+                made.append((root, [(b.label, read, b.value)]))
+            self.made = made
+        return self.made
 
     def check(self) -> None:
-        for held, read in _roots(self.captured):
+        for root_of, readers in self.reads:
             try:
-                root = read()
+                root = root_of()
             except ValueError:  # a cell emptied
-                root = _MISSING
-            if held.plan is None:
-                reads = [(held.name, lambda root=root: root)]
-            else:
-                reads = [
-                    (leaf.name, lambda root=root, steps=leaf.steps: _resolve(root, steps))
-                    for leaf in _leaves_of(held.plan, held.name)
-                ]
-            for name, now in reads:
-                old = self.snapshot[name]
+                root = _lookups.MISSING
+            for name, read, old in readers:
                 try:
-                    new = now()
+                    new = read(root)
                 except Exception:  # noqa: BLE001 - no longer readable as it was
-                    new = _MISSING
-                if not _same(old, new):
-                    shown = "no longer readable" if new is _MISSING else f"now {new!r}"
+                    new = _lookups.MISSING
+                if new is not old and not _same(old, new):
+                    shown = "no longer readable" if new is _lookups.MISSING else f"now {new!r}"
                     raise ValueError(
-                        f"optax_pytree: {self.where} read {name} = {old!r} when the optimizer was made, "
-                        "and it "
-                        f"is {shown}: the optimizer holds the values read then (plain optax would read the "
-                        "new one at its next step): make the optimizer again after changing the config"
+                        f"optax_pytree: the schedule {self.factory.__qualname__} ({self.factory.where()}) "
+                        f"read {name} = {old!r} when the optimizer was made, "
+                        f"and it is {shown}: the optimizer holds the values read then (plain optax "
+                        "would read the new one when it next runs or traces the schedule): make the "
+                        "optimizer again after changing the config"
                     )
 
 
@@ -725,15 +537,29 @@ def is_schedule_like(fn: Any) -> bool:
     return False
 
 
-def with_cells(fn: types.FunctionType, cells: tuple[Any, ...] | None, defaults: Any, kwdefaults: Any) -> Any:
-    """A function of ``fn``'s code, module, name and attributes with these cells and defaults."""
-    out = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, defaults, cells or None)
+def with_cells(
+    fn: types.FunctionType,
+    cells: tuple[Any, ...] | None,
+    defaults: Any,
+    kwdefaults: Any,
+    namespace: dict[str, Any] | None = None,
+) -> Any:
+    """A function of ``fn``'s code, module, name and attributes with these cells and defaults (and
+    ``namespace`` for its globals, where given)."""
+    namespace = fn.__globals__ if namespace is None else namespace
+    out = types.FunctionType(fn.__code__, namespace, fn.__name__, defaults, cells or None)
     out.__kwdefaults__ = kwdefaults
     out.__qualname__ = fn.__qualname__
     out.__module__ = fn.__module__
     out.__doc__ = fn.__doc__
     out.__dict__.update(fn.__dict__)
     return out
+
+
+def _plan_shape(plan: _lookups.Node | _Items | None) -> Any:
+    if plan is None or isinstance(plan, _Items):
+        return plan
+    return _lookups.shape(plan)
 
 
 def _parameter(name: str) -> inspect.Parameter:
@@ -770,30 +596,60 @@ class ClosureFactory(ValueObject):
     def shape(captured: Capture) -> Any:
         """What of a recipe its key is made of, besides the function (the caller freezes it)."""
         held = tuple(
-            (h.name, None if h.plan is None else _shape(h.plan)) for h in captured.cells + captured.bound
+            (h.name, _plan_shape(h.plan)) for h in (*captured.cells, *captured.bound, *captured.globals)
         )
-        return (captured.kind, captured.positional, captured.partial_type, held, tuple(captured.values))
+        return (
+            captured.kind,
+            captured.positional,
+            captured.partial_type,
+            captured.self_bound,
+            held,
+            tuple(h.name for h in captured.globals),
+            tuple(captured.values),
+        )
 
     def __call__(self, /, **values: Any) -> Any:  # positional-only: a value may be named self
         c = self.captured
 
         def given(h: _Held) -> Any:
-            return values[h.name] if h.plan is None else _View(h.plan, values)
+            plan = h.plan
+            if plan is None:
+                return values[h.name]
+            if isinstance(plan, _Items):
+                return plan.kind(values[n] for n in plan.names(h.name))
+            return _lookups.View(plan, values)
 
         f = c.function
         fn: Any = f
-        if c.cells:
-            fn = with_cells(
-                f, tuple(types.CellType(given(h)) for h in c.cells), f.__defaults__, f.__kwdefaults__
-            )
+        if c.cells or c.globals:
+            cells = tuple(types.CellType(given(h)) for h in c.cells)
+            fn = with_cells(f, cells, f.__defaults__, f.__kwdefaults__, self._namespace(given))
         if c.kind == "function":
             return fn
         if c.kind in ("method", "object"):
             return types.MethodType(fn, given(c.bound[0]))
-        args = [given(h) for h in c.bound[: c.positional]]
-        keywords = {h.name: given(h) for h in c.bound[c.positional :]}
+        bound = c.bound
+        if c.self_bound:
+            fn, bound = types.MethodType(fn, given(bound[0])), bound[1:]
+        args = [given(h) for h in bound[: c.positional]]
+        keywords = {h.name: given(h) for h in bound[c.positional :]}
         assert c.partial_type is not None
         return c.partial_type(fn, *args, **keywords)
+
+    def _namespace(self, given: Callable[[_Held], Any]) -> dict[str, Any] | None:
+        """The rebuilt function's globals, where it reads the module's config: a namespace of its
+        own, the module's globals it reads (as they are now) with those held replaced by their
+        values; the module's own namespace is not touched. None: the module's."""
+        c = self.captured
+        if not c.globals:
+            return None
+        module = c.function.__globals__
+        namespace = {n: module[n] for n in _lookups.globals_read(self.code).names if n in module}
+        for name in ("__builtins__", "__name__"):
+            if name in module:
+                namespace[name] = module[name]
+        namespace.update((h.name, given(h)) for h in c.globals)
+        return namespace
 
     def __repr__(self) -> str:
         return f"<closure {self.__module__}.{self.__qualname__}>"
@@ -817,6 +673,7 @@ def child(fn: Any, make: Callable[[Any, dict[str, Any]], Any], freeze: Callable[
         return None
     f = captured.function
     defaults, kwdefaults, attributes = f.__defaults__, f.__kwdefaults__, f.__dict__
+    baked = _baked(captured)
     key = (
         f.__code__,
         _Identity(f.__globals__),
@@ -824,6 +681,7 @@ def child(fn: Any, make: Callable[[Any, dict[str, Any]], Any], freeze: Callable[
         None if kwdefaults is None else freeze(kwdefaults),
         freeze(dict(attributes)) if attributes else None,
         ClosureFactory.shape(captured),
+        tuple((b.label, freeze(b.value)) for b in baked),
     )
     factory = _FACTORIES.get(key)
     if factory is None:
@@ -832,7 +690,9 @@ def child(fn: Any, make: Callable[[Any, dict[str, Any]], Any], freeze: Callable[
     wrapped = make(factory, captured.values)
     if wrapped is None:
         return None
-    wrapped._core.source = Source(captured, f"the schedule {factory.__qualname__} ({factory.where()})")
+    # Checked at every flatten (each jitted call) and eager build (``_watch``).
+    source = Source(captured, factory, baked)
+    wrapped = _watch.watch(wrapped, source)
     if only_wrapped(captured.values):
         return wrapped
     spec = wrapped._core.spec

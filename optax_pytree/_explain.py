@@ -864,6 +864,11 @@ def _function_difference(va: Any, ka: Any, vb: Any, kb: Any, where: str) -> Foun
         return Found(
             f"{text} captures {name}{separator}{located}", where, inner.fix or _CAPTURED_FIX, inner.identity
         )
+    if len(ka) > 7 and len(kb) > 7 and ka[7] != kb[7]:  # what it reads of its module's globals
+        read_a, read_b = dict((g[0], g[1:]) for g in ka[7]), dict((g[0], g[1:]) for g in kb[7])
+        for name in sorted(read_a.keys() | read_b.keys()):
+            if read_a.get(name) != read_b.get(name):
+                return Found(f"{text} reads the global {name}, which differs", where, _CAPTURED_FIX, False)
     return Found(f"{text} differs", where)
 
 

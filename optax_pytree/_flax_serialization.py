@@ -23,6 +23,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import jax
 import numpy as np
 
 from . import _leaves
@@ -39,6 +40,19 @@ class Tree(NamedTuple):
 
 
 registered = False  # read by ``_tree`` on every ``_fields``: nothing more to do once True
+# More wrapped classes, subclasses of those of ``Tree.classes`` (``_watch``'s), and the
+# handler that restores them once registered.
+_more: list[type] = []
+_restore_handler: list[Callable[[Any, Any], Any]] = []
+
+
+def also(cls: type) -> None:
+    """Serializes ``cls``, a subclass of a wrapped class (``_watch``), as the wrapped classes are."""
+    _more.append(cls)
+    if _restore_handler:
+        from flax import serialization
+
+        serialization.register_serialization_state(cls, _state_dict, _restore_handler[0], override=True)
 
 
 def register(tree: Tree, only_if_loaded: bool = False) -> None:
@@ -52,7 +66,9 @@ def register(tree: Tree, only_if_loaded: bool = False) -> None:
     from flax import serialization
 
     restore = functools.partial(_restore, tree)
-    for cls in tree.classes:  # looked up by type (schedules; transformations in other flax versions)
+    _restore_handler.append(restore)
+    # Looked up by type (schedules; transformations in other flax versions).
+    for cls in (*tree.classes, *_more):
         serialization.register_serialization_state(cls, _state_dict, restore, override=True)
     named_tuple = getattr(serialization, "_NamedTuple", None)
     registry = getattr(serialization, "_STATE_DICT_REGISTRY", None)
@@ -83,6 +99,14 @@ def _state_dict(w: Any) -> dict[str, Any]:
 
 
 _EXACT = "exact"
+
+
+def _like(target: Any, restored: Any) -> Any:
+    """``restored`` (of the target's spec) of the target's class, where that is a subclass (``_watch``)."""
+    if type(restored) is type(target):
+        return restored
+    structure = jax.tree_util.tree_structure(target)
+    return jax.tree_util.tree_unflatten(structure, jax.tree_util.tree_leaves(restored))
 
 
 def _restore(tree: Tree, target: Any, state_dict: Any) -> Any:
@@ -121,7 +145,7 @@ def _restore(tree: Tree, target: Any, state_dict: Any) -> Any:
             _leaves.restored_leaf(old, serialization.from_state_dict(old, saved_exact[str(i)], name=str(i)))
             for i, old in enumerate(core.exact)
         )
-    restored = tree.new(spec, tuple(leaves), exact)
+    restored = _like(target, tree.new(spec, tuple(leaves), exact))
     if spec.guarded and all(np.ndim(leaves[spec.leaf_index[n]]) == 0 for n in spec.guarded):
         # Re-checked: another branch is another configuration.
         return tree.with_exact(restored.replace(), exact)

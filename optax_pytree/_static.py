@@ -43,7 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _closures, _leaves
+from . import _leaves, _lookups
 from ._bind import Wrapped
 
 
@@ -110,7 +110,7 @@ def _function_key(f: types.FunctionType, seen: tuple[int, ...]) -> Any:
     """A function by its code, module, defaults, attributes and closure cells (see the module)."""
     if f.__closure__ is None and f.__defaults__ is None and f.__kwdefaults__ is None and not f.__dict__:
         # A lambda of the builder's own (a mask, a label function): by its code and module.
-        return ("function", f.__code__, ByIdentity(f.__globals__), _NONE, _NONE, None, ())
+        return ("function", f.__code__, ByIdentity(f.__globals__), _NONE, _NONE, None, (), _globals_key(f))
     seen = (*seen, id(f))
     cells = []
     for name, cell in zip(f.__code__.co_freevars, f.__closure__ or ()):
@@ -128,7 +128,29 @@ def _function_key(f: types.FunctionType, seen: tuple[int, ...]) -> Any:
         _freeze(f.__kwdefaults__, seen),
         _freeze(f.__dict__, seen) if f.__dict__ else None,
         tuple(cells),
+        _globals_key(f),
     )
+
+
+def _globals_key(f: types.FunctionType) -> tuple[Any, ...]:
+    """The numbers a function (and the functions of its module it calls) reads from its module's
+    globals, and the values it reads through a config object there (a config at the top of a
+    script): part of the function, as its cells are; the module itself is compared by identity.
+    Other globals (functions, modules, objects whose look-ups are not known) are the module's,
+    by identity with it."""
+    out: list[Any] = []
+    for g in _lookups.reachable([f]):  # and the functions of its module it calls, at any depth
+        namespace = g.__globals__
+        for name in sorted(_lookups.globals_read(g.__code__).names):
+            value = namespace.get(name, _lookups.MISSING)
+            if _leaves.is_concrete_number(value) and not isinstance(value, (np.ndarray, jax.Array)):
+                out.append((name, _freeze(value, ())))
+            elif _lookups.viewable(value) and not callable(value) and not isinstance(value, _NOT_VIEWED):
+                node = _lookups.plan(value, _lookups.global_paths_read(g.__code__, name), 0)
+                if node is not None:
+                    read = [(leaf.name, _freeze(leaf.value, ())) for leaf in _lookups.leaves_of(node, name)]
+                    out.append((name, type(value), _lookups.shape(node), tuple(read)))
+    return tuple(dict.fromkeys(out))
 
 
 _NOT_VIEWED = (type, types.ModuleType, types.FunctionType, types.MethodType, functools.partial, Wrapped)
@@ -143,7 +165,7 @@ def _is_object(value: Any) -> bool:
 
 def _object_key(f: types.FunctionType, var: str, obj: Any, seen: tuple[int, ...]) -> Any:
     """An object a closure holds, by the values its code reads of it (``_closures``), else as a whole."""
-    found = _closures.values_read(f.__code__, var, obj)
+    found = _lookups.values_read(f.__code__, var, obj, f)
     if found is None:
         return _freeze(obj, seen)
     shape, values = found

@@ -1,0 +1,764 @@
+"""Classify: what a function reads: the paths its code reads of a variable, the look-ups replaced safely.
+
+Two readings, each failing closed (``_closures`` keeps the whole object
+where either says no):
+
+- **reading code** (:func:`paths_read`, :func:`global_paths_read`): the
+  paths a function's code reads of a variable, a cell or a global
+  (``config.optim.lr``, ``config["lr"]``, ``config.get("lr", 1e-3)``,
+  ``getattr(config, "lr")``, ``self.helper()``), read off its bytecode. Any
+  other use of the variable (passed to a call, returned, stored, an
+  instruction this reader does not know, on any Python version) gives
+  ``None``: the whole object counts.
+- **reading objects** (:func:`plan`): a look-up replaced only on types whose
+  look-ups are known: plain objects and dataclasses (no ``__getattr__``),
+  equinox modules, pydantic models (their fields), ``argparse.Namespace``,
+  ``types.SimpleNamespace``, named tuples, dicts, lists and tuples,
+  ml_collections' ``ConfigDict`` and ``FrozenConfigDict`` (``FieldReference``
+  resolved) and OmegaConf's ``DictConfig`` and ``ListConfig``
+  (interpolations resolved); methods and properties of a plain class
+  through what their code reads of ``self``. A ``.get`` or a ``getattr``
+  with a default on a key or attribute absent is recorded as absent: the
+  view answers the default, and the config is checked to stay without it.
+  The plan is a tree of what is read; :class:`View` answers those look-ups
+  in the rebuilt function, with the values given.
+"""
+
+from __future__ import annotations
+
+# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
+import builtins
+import dis
+import functools
+import inspect
+import sys
+import types
+from typing import Any, NamedTuple
+
+# --------------------------------------------------------------------------
+# Reading code: the paths a variable is read along.
+
+# A step of a path: ("attr", name), ("item", key), ("call", name) (a method called),
+# ("get", key) (``.get(key[, default])`` with constants: an item, or its default where the key
+# is absent), ("getattr", name) (``getattr(x, "name")``, an attribute) or ("getattr?", name)
+# (``getattr(x, "name", default)``: the attribute, or the default where it is absent).
+Access = tuple[str, Any]
+Path = tuple[Access, ...]
+
+# Instructions that push a local or cell variable (Python 3.10 to 3.13).
+_LOADS = frozenset({"LOAD_FAST", "LOAD_DEREF", "LOAD_FAST_CHECK", "LOAD_FAST_LOAD_FAST", "LOAD_CLOSURE"})
+# Instructions that name a variable and do nothing with its value.
+_HARMLESS = frozenset({"MAKE_CELL", "COPY_FREE_VARS"})
+_ATTRIBUTE = frozenset({"LOAD_ATTR", "LOAD_METHOD"})
+# Every instruction that names a local or free variable, on this Python.
+_NAMES_A_VARIABLE = frozenset(dis.opname[op] for op in (*dis.haslocal, *dis.hasfree))
+_MAX_DEPTH = 6
+
+
+def _names(instruction: dis.Instruction) -> tuple[Any, ...]:
+    value = instruction.argval
+    return value if isinstance(value, tuple) else (value,)
+
+
+def _is_method_load(instruction: dis.Instruction) -> bool:
+    if instruction.opname == "LOAD_METHOD":
+        return True
+    # Python 3.12+: LOAD_ATTR's low bit says it pushes a method for a call.
+    return (
+        sys.version_info >= (3, 12) and instruction.opname == "LOAD_ATTR" and bool((instruction.arg or 0) & 1)
+    )
+
+
+def _follow(instructions: list[dis.Instruction], j: int) -> Path:
+    """The look-ups applied to the value pushed just before instruction ``j``."""
+    path: list[Access] = []
+    n = len(instructions)
+    while j < n and not instructions[j].is_jump_target:
+        ins = instructions[j]
+        if ins.opname in _ATTRIBUTE:
+            if _is_method_load(ins):
+                call = _constant_call(instructions, j + 1, 1, 2) if ins.argval == "get" else None
+                if call is None or type(call[0][0]) not in (str, int):
+                    path.append(("call", ins.argval))
+                    break
+                path.append(("get", call[0][0]))  # ``.get(key)``, ``.get(key, default)``: constants
+                j = call[1]
+                continue
+            path.append(("attr", ins.argval))
+            j += 1
+        elif (
+            ins.opname == "LOAD_CONST"
+            and type(ins.argval) in (str, int)
+            and j + 1 < n
+            and instructions[j + 1].opname == "BINARY_SUBSCR"
+            and not instructions[j + 1].is_jump_target
+        ):
+            path.append(("item", ins.argval))
+            j += 2
+        else:
+            break
+    return tuple(path)
+
+
+# The instructions of a call with its arguments on the stack: Python 3.10's two, 3.11's PRECALL
+# then CALL, 3.12 and 3.13's CALL.
+_CALLS = frozenset({"CALL", "CALL_METHOD", "CALL_FUNCTION"})
+
+
+def _constant_call(
+    instructions: list[dis.Instruction], j: int, least: int, most: int, before: int = 0
+) -> tuple[tuple[Any, ...], int] | None:
+    """The constant arguments of a call whose callable (and ``before`` arguments) are on the
+    stack at instruction ``j``, and the instruction after the call; None where it is any other
+    call (a keyword, an argument computed, a jump into it)."""
+    args: list[Any] = []
+    n = len(instructions)
+    while j < n and instructions[j].opname == "LOAD_CONST" and not instructions[j].is_jump_target:
+        args.append(instructions[j].argval)
+        j += 1
+    count = before + len(args)
+    if j < n and instructions[j].opname == "PRECALL" and instructions[j].arg == count:
+        j += 1
+    if (
+        not least <= len(args) <= most
+        or j >= n
+        or instructions[j].is_jump_target
+        or instructions[j].opname not in _CALLS
+        or instructions[j].arg != count
+    ):
+        return None
+    return tuple(args), j + 1
+
+
+def _getattr_call(instructions: list[dis.Instruction], k: int) -> tuple[Access, int] | None:
+    """``getattr(var, "name")`` or ``getattr(var, "name", default)``, ``var`` pushed by
+    instruction ``k``: the look-up, and the instruction after the call."""
+    if k == 0 or instructions[k].is_jump_target:
+        return None
+    callee = instructions[k - 1]
+    if callee.opname != "LOAD_GLOBAL" or callee.argval != "getattr":
+        return None
+    call = _constant_call(instructions, k + 1, 1, 2, before=1)
+    if call is None or type(call[0][0]) is not str:
+        return None
+    (name, *default), after = call
+    return ("getattr?" if default else "getattr", name), after
+
+
+@functools.lru_cache(maxsize=4096)
+def paths_read(code: types.CodeType, var: str) -> tuple[Path, ...] | None:
+    """The paths read of ``var`` in ``code`` and the functions it defines, in order, or None (see
+    the module).
+
+    Every path is non-empty: the variable is only ever looked into. Fails
+    closed: an instruction that names the variable and is not a known load,
+    or a load whose value is not looked into, gives None.
+    """
+    if "__class__" in code.co_freevars:
+        return None  # zero-argument super() reads self implicitly (Python < 3.12: no instruction)
+    instructions = list(dis.get_instructions(code))
+    paths: set[Path] = set()
+    for k, ins in enumerate(instructions):
+        names = _names(ins)
+        if var not in names:
+            continue
+        op = ins.opname
+        if op in _HARMLESS:
+            continue
+        if op not in _LOADS:
+            if op in _NAMES_A_VARIABLE:
+                return None  # a store, a delete, or a load this reader does not know (LOAD_FAST_BORROW)
+            continue  # an attribute, global or constant that happens to share the name
+        if op == "LOAD_CLOSURE" or _closure_tuple(instructions, k):
+            continue  # handed to a function defined here: read below
+        if names[-1] != var or names.count(var) != 1:
+            return None  # pushed below another value: what happens to it is not followed
+        through_getattr = _getattr_call(instructions, k)
+        if through_getattr is not None:
+            step, after = through_getattr
+            path = (step, *_follow(instructions, after))
+        else:
+            path = _follow(instructions, k + 1)
+        if not path:
+            return None
+        paths.add(path)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType) and var in const.co_freevars:
+            inner = paths_read(const, var)
+            if inner is None:
+                return None
+            paths.update(inner)
+    return tuple(sorted(paths, key=repr))
+
+
+def _closure_tuple(instructions: list[dis.Instruction], k: int) -> bool:
+    """Whether instruction ``k`` loads a cell into the closure of a function being made."""
+    j = k
+    while j < len(instructions) and instructions[j].opname in _LOADS:
+        j += 1
+    return (
+        j + 1 < len(instructions)
+        and instructions[j].opname == "BUILD_TUPLE"
+        and isinstance(instructions[j + 1].argval, types.CodeType)
+    )
+
+
+# Globals that give a function another way to read or write its module's names than a load.
+_NAMESPACE_BUILTINS = frozenset({"globals", "vars", "locals", "eval", "exec", "__import__"})
+
+
+class GlobalsRead(NamedTuple):
+    """What a function's code (and the functions it defines) does with its module's globals."""
+
+    names: frozenset[str]  # every global it loads
+    writes: bool  # it assigns or deletes a global, or reads the namespace whole (``globals()``)
+
+
+@functools.lru_cache(maxsize=1024)
+def globals_read(code: types.CodeType) -> GlobalsRead:
+    """The globals ``code`` loads, and whether it writes one (see :class:`GlobalsRead`)."""
+    names: set[str] = set()
+    writes = False
+    for ins in dis.get_instructions(code):
+        if ins.opname == "LOAD_GLOBAL":
+            names.add(ins.argval)
+        elif ins.opname in ("STORE_GLOBAL", "DELETE_GLOBAL", "LOAD_NAME", "STORE_NAME", "DELETE_NAME"):
+            writes = True
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            inner = globals_read(const)
+            names |= inner.names
+            writes = writes or inner.writes
+    return GlobalsRead(frozenset(names), writes or bool(names & _NAMESPACE_BUILTINS))
+
+
+def _pushes_a_null(instruction: dis.Instruction) -> bool:
+    # Python 3.11+: LOAD_GLOBAL's low bit says it pushes NULL first: the global is called.
+    return sys.version_info >= (3, 11) and bool((instruction.arg or 0) & 1)
+
+
+@functools.lru_cache(maxsize=4096)
+def global_paths_read(code: types.CodeType, name: str) -> tuple[Path, ...] | None:
+    """The paths read of the global ``name`` in ``code`` and the functions it defines, or None
+    where it is used otherwise (as :func:`paths_read` for a local)."""
+    instructions = list(dis.get_instructions(code))
+    paths: set[Path] = set()
+    for k, ins in enumerate(instructions):
+        if ins.argval != name or ins.opname != "LOAD_GLOBAL":
+            continue
+        if _pushes_a_null(ins):
+            return None  # called
+        through_getattr = _getattr_call(instructions, k)
+        if through_getattr is not None:
+            step, after = through_getattr
+            path = (step, *_follow(instructions, after))
+        else:
+            path = _follow(instructions, k + 1)
+        if not path:
+            return None
+        paths.add(path)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType) and name in globals_read(const).names:
+            inner = global_paths_read(const, name)
+            if inner is None:
+                return None
+            paths.update(inner)
+    return tuple(sorted(paths, key=repr))
+
+
+def reachable(functions: list[types.FunctionType]) -> list[types.FunctionType]:
+    """``functions`` and the functions of their modules they read (functions, the methods of
+    classes defined there), at any depth (a bounded walk)."""
+    out: list[types.FunctionType] = []
+    todo, seen = list(functions), set[int]()
+    while todo and len(out) < 64:
+        f = todo.pop()
+        if id(f) in seen:
+            continue
+        seen.add(id(f))
+        out.append(f)
+        namespace = f.__globals__
+        for name in globals_read(f.__code__).names:
+            value = namespace.get(name)
+            if isinstance(value, types.FunctionType) and value.__globals__ is namespace:
+                todo.append(value)
+            elif isinstance(value, type) and value.__module__ == f.__module__:
+                todo += [v for v in vars(value).values() if isinstance(v, types.FunctionType)]
+    return out
+
+
+def getattr_is_builtin(function: types.FunctionType) -> bool:
+    """Whether ``getattr`` in ``function`` is Python's (a module may define its own): the reader
+    takes ``getattr(x, "name")`` for an attribute look-up."""
+    return function.__globals__.get("getattr", builtins.getattr) is builtins.getattr
+
+
+def values_read(
+    code: types.CodeType, var: str, obj: Any, function: types.FunctionType | None = None
+) -> tuple[Any, list[tuple[str, Any]]] | None:
+    """What ``code`` reads of ``obj`` (held by its variable ``var``): the shape of its look-ups and
+    the values read, by path; None where that cannot be told (the whole object counts).
+
+    What ``_static`` compares an object a static function holds by.
+    """
+    if function is not None and not getattr_is_builtin(function):
+        return None
+    node = plan(obj, paths_read(code, var), 0)
+    if node is None:
+        return None
+    values = [(leaf.name, leaf.value) for leaf in leaves_of(node, var)]
+    return shape(node), values
+
+
+# --------------------------------------------------------------------------
+# Reading objects: a look-up done on a type whose look-ups are known.
+
+
+class Fail(Exception):
+    """A look-up this module cannot replace safely: the object stays whole."""
+
+
+class _Absent(Fail):
+    """The key or attribute is not there (what a ``.get`` or a ``getattr`` with a default tells)."""
+
+
+MISSING = object()
+
+
+class _AbsentValue:
+    """What a check reads where a key or attribute the function found absent still is."""
+
+    def __repr__(self) -> str:
+        return "absent"
+
+
+ABSENT = _AbsentValue()
+
+
+def is_equinox_bound_method(value: Any) -> bool:
+    """An equinox ``BoundMethod`` (a module's method, a pytree)."""
+    return _is_equinox(type(value), "BoundMethod")
+
+
+def type_named(value: Any, *names: str) -> bool:
+    return not _names_of(type(value)).isdisjoint(names)
+
+
+@functools.lru_cache(maxsize=1024)
+def _names_of(cls: type) -> frozenset[str]:
+    """The full names of a class and its bases (its kind, told without importing its library)."""
+    return frozenset(f"{c.__module__}.{c.__qualname__}" for c in cls.__mro__)
+
+
+@functools.lru_cache(maxsize=4096)
+def _on_class(cls: type, name: str) -> Any:
+    """``name`` as the class holds it (``inspect.getattr_static``), once per class and name."""
+    return inspect.getattr_static(cls, name, MISSING)
+
+
+_CONFIG_DICTS = (
+    "ml_collections.config_dict.config_dict.ConfigDict",
+    "omegaconf.dictconfig.DictConfig",
+)
+_CONFIG_LISTS = ("omegaconf.listconfig.ListConfig",)
+_PYDANTIC = "pydantic.main.BaseModel"
+
+
+# Attribute look-ups as ``object`` does them (SimpleNamespace's is its own, and the same).
+_PLAIN_GETATTRIBUTE = (object.__getattribute__, types.SimpleNamespace.__getattribute__)
+
+
+@functools.lru_cache(maxsize=1024)
+def plain_class(cls: type) -> bool:
+    """Whether ``obj.name`` on an instance is ``object``'s look-up: no ``__getattr__``, and
+    ``__getattribute__`` is ``object``'s or equinox's (which wraps bound methods, nothing else)."""
+    if hasattr(cls, "__getattr__"):
+        return False
+    if cls.__getattribute__ in _PLAIN_GETATTRIBUTE:
+        return True
+    module = next((c for c in cls.__mro__ if _is_equinox(c, "Module")), None)
+    return module is not None and cls.__getattribute__ is module.__getattribute__
+
+
+def _is_equinox(cls: type, name: str) -> bool:
+    """An equinox class by its name (``equinox._module._module.Module`` now, ``equinox._module.Module``
+    in equinox 0.11): told without importing equinox."""
+    return cls.__qualname__ == name and (cls.__module__ or "").startswith("equinox.")
+
+
+class _Attribute(NamedTuple):
+    """What ``obj.name`` is: a value, or code of its class run on it (a method or a property)."""
+
+    kind: str  # "value", "method" or "property"
+    value: Any  # the value; the method's or getter's function
+    # How to read it again (``read_again``): "cfg" (a config dict's item), "own" (the
+    # object's ``__dict__``) or "attr" (read as here).
+    access: str = "attr"
+
+
+def _attribute(obj: Any, name: str) -> _Attribute:
+    cls = type(obj)
+    if type_named(obj, *_CONFIG_DICTS):
+        if name.startswith("_") or _on_class(cls, name) is not MISSING:
+            raise Fail  # one of its methods or its own state
+        try:
+            present = name in obj
+        except Exception:  # noqa: BLE001 - a config that cannot say: not read
+            raise Fail from None
+        if not present:
+            raise _Absent
+        try:
+            return _Attribute("value", getattr(obj, name), "cfg")
+        except Exception:  # noqa: BLE001 - a missing value ('???'): raised in the function, as plain
+            raise Fail from None
+    if _is_namedtuple(obj):
+        if name not in cls._fields:  # pyright: ignore[reportAttributeAccessIssue]
+            raise Fail
+        return _Attribute("value", getattr(obj, name))
+    own = getattr(obj, "__dict__", {})
+    if type_named(obj, _PYDANTIC):
+        fields = getattr(cls, "model_fields", None)
+        if isinstance(fields, dict) and name in fields and name in own:
+            return _Attribute("value", own[name], "own")
+        if name.startswith("_"):
+            raise Fail  # its private attributes and extra fields answer through __getattr__
+    elif isinstance(obj, (dict, list, tuple, type, types.ModuleType)) or not plain_class(cls):
+        raise Fail
+    found = _on_class(cls, name)
+    if name in own and not _is_data_descriptor(found):
+        return _Attribute("value", own[name], "own")
+    if found is MISSING:
+        if type_named(obj, _PYDANTIC):
+            raise Fail  # an extra field, perhaps
+        raise _Absent  # not there: plain Python raises; keep that to the object itself
+    if isinstance(found, property):
+        if found.fget is None or type(found.fget) is not types.FunctionType:
+            raise Fail
+        return _Attribute("property", found.fget)
+    if _is_equinox(type(found), "_wrap_method"):  # equinox 0.11 wraps a module's methods
+        found = getattr(found, "method", None)
+        if type(found) is not types.FunctionType:
+            raise Fail
+    if type(found) is types.FunctionType:
+        return _Attribute("method", found)
+    if type(found).__name__ == "member_descriptor":  # __slots__
+        return _Attribute("value", getattr(obj, name))
+    if callable(found) or hasattr(type(found), "__get__"):
+        raise Fail  # a classmethod, a staticmethod, another descriptor: what it reads is unknown
+    return _Attribute("value", found)  # a class constant
+
+
+def _is_namedtuple(obj: Any) -> bool:
+    """A NamedTuple: its fields a tuple of the class (a wrapped optimizer answers ``_fields`` as
+    optax's NamedTuples do, through a property, and is no plain tuple to read into)."""
+    return isinstance(obj, tuple) and isinstance(getattr(type(obj), "_fields", None), tuple)
+
+
+def _is_data_descriptor(x: Any) -> bool:
+    return x is not MISSING and hasattr(type(x), "__set__")
+
+
+def _item(obj: Any, key: Any) -> Any:
+    if type(obj) in (dict, list, tuple) or type_named(obj, *_CONFIG_DICTS, *_CONFIG_LISTS):
+        try:
+            return obj[key]
+        except Exception:  # noqa: BLE001 - a missing key raises in the function itself, as plain
+            raise Fail from None
+    if _is_namedtuple(obj):
+        return obj[key]
+    raise Fail
+
+
+def _is_mapping(obj: Any) -> bool:
+    """A dict or a config dict: ``.get(key, default)`` is its item, or the default where absent."""
+    return type(obj) is dict or type_named(obj, *_CONFIG_DICTS)
+
+
+def _got(obj: Any, key: Any) -> Any:
+    """``obj.get(key)`` of a mapping, or :data:`ABSENT`."""
+    try:
+        value = obj.get(key, MISSING)
+    except Exception:  # noqa: BLE001 - a missing value ('???'): raised in the function, as plain
+        raise Fail from None
+    return ABSENT if value is MISSING else value
+
+
+def resolve(obj: Any, steps: Path) -> Any:
+    """What ``steps`` read of ``obj`` now: a value, or :data:`ABSENT` where it is absent."""
+    for kind, key in steps:
+        if kind == "get":
+            obj = _got(obj, key)
+            if obj is ABSENT:
+                return ABSENT
+        elif kind == "item":
+            obj = _item(obj, key)
+        else:
+            try:
+                found = _attribute(obj, key)
+            except _Absent:
+                return ABSENT
+            if found.kind != "value":
+                raise Fail
+            obj = found.value
+    return obj
+
+
+# How a look-up was done when the plan was made, to be done again: (access, the object's type
+# then, key); access is "item", "get", "cfg" (a config dict's attribute: its item), "own" (an
+# attribute in the object's ``__dict__``) or "attr" (any other attribute, read as planned).
+Fast = tuple[tuple[str, type, Any], ...]
+
+
+def read_again(root: Any, fast: Fast, steps: Path) -> Any:
+    """What ``steps`` read of ``root`` now, as :func:`resolve` tells it: each look-up done as
+    it was when the plan was made (:class:`Leaf` ``.fast``), where each object along the path
+    is of the type it was then (its look-ups were found safe for that type); :func:`resolve`
+    itself for any other. What a check runs at every jitted call (``_closures.Source``)."""
+    value: Any = root
+    for access, cls, key in fast:
+        if type(value) is not cls:
+            return resolve(root, steps)
+        if access == "own":
+            value = value.__dict__.get(key, ABSENT)
+        elif access == "cfg":
+            value = value[key] if key in value else ABSENT
+        elif access == "item":
+            value = value[key]
+        elif access == "get":
+            value = _got(value, key)
+        else:
+            value = _attribute_value(value, key)
+        if value is ABSENT:
+            return ABSENT
+    return value
+
+
+def _attribute_value(obj: Any, name: str) -> Any:
+    try:
+        found = _attribute(obj, name)
+    except _Absent:
+        return ABSENT
+    if found.kind != "value":
+        raise Fail
+    return found.value
+
+
+def viewable(value: Any) -> bool:
+    """Whether a value may be replaced by a view of what is read of it (an object, a container)."""
+    if value is None or isinstance(value, (str, bytes, bool, int, float, complex, type, types.ModuleType)):
+        return False
+    return not callable(value) or (hasattr(value, "__dict__") and not isinstance(value, types.FunctionType))
+
+
+# --------------------------------------------------------------------------
+# The plan of a captured object: the look-ups read, as a tree.
+
+
+class Node:
+    """The look-ups read of one object: attributes and items, each a value or a deeper node; and
+    those found absent (a ``.get`` or ``getattr`` with a default), with the steps to them."""
+
+    __slots__ = ("absent", "attrs", "items")
+
+    def __init__(self) -> None:
+        self.attrs: dict[str, Any] = {}  # name -> Node | Leaf | _Code
+        self.items: dict[Any, Any] = {}  # key -> Node | Leaf
+        self.absent: dict[Access, Path] = {}  # ("attr", name) or ("item", key) -> steps from the root
+
+
+class Leaf:
+    """A value read whole: a parameter of the factory, read along ``steps`` from the captured object."""
+
+    __slots__ = ("fast", "name", "steps", "value")
+
+    def __init__(self, value: Any, steps: Path, fast: Fast):
+        self.value = value
+        self.steps = steps
+        self.fast = fast  # the look-ups as they were done (``read_again``)
+        self.name = ""
+
+
+class _Code(NamedTuple):
+    """A method or property of the object's class, run on the view."""
+
+    kind: str  # "method" or "property"
+    function: types.FunctionType
+
+
+def plan(obj: Any, paths: tuple[Path, ...] | None, depth: int, at: Path = (), fast: Fast = ()) -> Node | None:
+    """The look-ups ``paths`` make of ``obj`` (itself read along ``at``, done as ``fast``), or
+    None where one cannot be replaced safely."""
+    if paths is None or depth > _MAX_DEPTH:
+        return None
+    node = Node()
+    try:
+        for path in paths:
+            _add(node, obj, path, depth, at, fast)
+    except Fail:
+        return None
+    return node
+
+
+def _add(node: Node, obj: Any, path: Path, depth: int, at: Path, fast: Fast) -> None:
+    (kind, key), rest = path[0], path[1:]
+    cls = type(obj)
+    if kind == "get" and not _is_mapping(obj):
+        kind, key, rest = "call", "get", ()  # a method ``get`` of the object's class
+    if kind in ("item", "get"):
+        value = _got(obj, key) if kind == "get" else _item(obj, key)
+        if value is ABSENT:
+            node.absent[("item", key)] = (*at, (kind, key))
+            return
+        table, step, access = node.items, (kind, key), (kind, cls, key)
+    else:
+        try:
+            found = _attribute(obj, key)
+        except _Absent:
+            if kind != "getattr?":
+                raise
+            node.absent[("attr", key)] = (*at, ("attr", key))
+            return
+        table, step, access = node.attrs, ("attr", key), (found.access, cls, key)
+        if found.kind != "value":
+            if rest or (kind == "call") != (found.kind == "method"):
+                raise Fail  # a method read as a value, or looked into
+            code = found.value.__code__
+            if code.co_argcount == 0 or not getattr_is_builtin(found.value):
+                raise Fail
+            inner = plan(obj, paths_read(code, code.co_varnames[0]), depth + 1, at, fast)
+            if inner is None:
+                raise Fail
+            table[key] = _Code(found.kind, found.value)
+            _merge(node, inner)
+            return
+        value = found.value
+        if kind == "call":  # a callable value held by the object: called as it is
+            rest = ()
+    held = table.get(key)
+    at, fast = (*at, step), (*fast, access)
+    if not rest or isinstance(held, Leaf) or not viewable(value):
+        table[key] = Leaf(value, at, fast)  # read whole: what is read deeper is in it
+        return
+    inner = Node() if held is None else held
+    try:
+        _add(inner, value, rest, depth, at, fast)
+    except Fail:  # a deeper look-up not replaced safely: this value is read whole, as it is
+        table[key] = Leaf(value, at, fast)
+        return
+    table[key] = inner
+
+
+def _merge(into: Node, other: Node) -> None:
+    into.absent.update(other.absent)
+    for table, more in ((into.attrs, other.attrs), (into.items, other.items)):
+        for key, value in more.items():
+            held = table.get(key)
+            if isinstance(value, Node) and isinstance(held, Node):
+                _merge(held, value)
+            elif held is None or isinstance(value, Leaf):
+                table[key] = value
+
+
+def _spell(kind: str, key: Any) -> str:
+    return f".{key}" if kind == "attr" else f"[{key!r}]"
+
+
+def leaves_of(node: Node, prefix: str) -> list[Leaf]:
+    """The leaves of a plan, each named by its path (``config.optim.lr``, ``config['lr']``)."""
+    out: list[Leaf] = []
+    for kind, table in (("attr", node.attrs), ("item", node.items)):
+        for key, value in table.items():
+            if isinstance(value, Leaf):
+                value.name = prefix + _spell(kind, key)
+                out.append(value)
+            elif isinstance(value, Node):
+                out.extend(leaves_of(value, prefix + _spell(kind, key)))
+    return out
+
+
+def absent_of(node: Node, prefix: str) -> list[tuple[str, Path]]:
+    """The keys and attributes found absent in a plan: each named by its path, with its steps."""
+    out = [(prefix + _spell(kind, key), steps) for (kind, key), steps in node.absent.items()]
+    for kind, table in (("attr", node.attrs), ("item", node.items)):
+        for key, value in table.items():
+            if isinstance(value, Node):
+                out.extend(absent_of(value, prefix + _spell(kind, key)))
+    return out
+
+
+def functions_of(node: Node) -> list[types.FunctionType]:
+    """The methods and property getters of the object's class that a plan runs on the view."""
+    out: list[types.FunctionType] = []
+    for value in (*node.attrs.values(), *node.items.values()):
+        if isinstance(value, _Code):
+            out.append(value[1])  # its function (by index: pyright would bind the attribute)
+        elif isinstance(value, Node):
+            out.extend(functions_of(value))
+    return out
+
+
+def shape(node: Node) -> Any:
+    """A plan without its values: part of the factory's key."""
+
+    def part(x: Any) -> Any:
+        if isinstance(x, Leaf):
+            return ("leaf", x.name)
+        if isinstance(x, _Code):
+            return (x.kind, x.function)
+        return shape(x)
+
+    return (
+        tuple((k, part(v)) for k, v in node.attrs.items()),
+        tuple((k, part(v)) for k, v in node.items.items()),
+        tuple(sorted(node.absent, key=repr)),
+    )
+
+
+class View:
+    """What a rebuilt function holds in place of a captured object: the look-ups it reads, answered.
+
+    The function's code was read: it only looks into the variable (see
+    :func:`paths_read`), along the paths of the plan; methods and properties
+    of the object's class run on the view. A key or attribute absent from
+    the plan is absent from the view: ``.get(key, default)`` gives the
+    default, ``getattr(view, name, default)`` too.
+    """
+
+    __slots__ = ("_optax_pytree_attrs", "_optax_pytree_items")
+
+    def __init__(self, node: Node, values: dict[str, Any]):
+        attrs: dict[str, Any] = {}
+        for key, x in node.attrs.items():
+            if isinstance(x, Leaf):
+                attrs[key] = values[x.name]
+            elif isinstance(x, _Code):
+                attrs[key] = x
+            else:
+                attrs[key] = View(x, values)
+        self._optax_pytree_attrs = attrs
+        self._optax_pytree_items = {
+            k: values[x.name] if isinstance(x, Leaf) else View(x, values) for k, x in node.items.items()
+        }
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            found = self._optax_pytree_attrs[name]
+        except KeyError:
+            if name == "get":  # a mapping's (read as ``("get", key)``: see ``_add``)
+                return self._optax_pytree_get
+            raise AttributeError(name) from None
+        if isinstance(found, _Code):
+            if found.kind == "property":
+                return found.function(self)
+            return types.MethodType(found.function, self)
+        return found
+
+    def _optax_pytree_get(self, key: Any, default: Any = None) -> Any:
+        items = self._optax_pytree_items
+        return items[key] if key in items else default
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._optax_pytree_items[key]
+
+    def __repr__(self) -> str:
+        return f"<view of {sorted(self._optax_pytree_attrs) + sorted(self._optax_pytree_items, key=repr)}>"
