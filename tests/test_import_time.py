@@ -3,17 +3,17 @@
 The package imports no module of its own until a name is first read (its
 ``__getattr__``): that is checked in the default run by counting the modules a
 fresh interpreter loads, which no neighbour on a shared machine can make
-noisy. The time itself, measured as ``benchmarks/import_time.py`` does (the
-CPU time of fresh processes, interleaved, the bytecode cached first; here the
-fastest of each, which a neighbour cannot make faster), is in the exhaustive
-sets, with the target of issue 43.
+noisy. The time itself is in the exhaustive sets, with the target of issue
+43: the CPU time of ``import optax_pytree`` after ``import optax``, read in
+fresh processes themselves (the bytecode cached first; the fastest of eight,
+which a neighbour cannot make faster). ``benchmarks/import_time.py`` pairs
+whole processes instead, which CI's stages running side by side make too
+noisy for a test (two totals of 1.2 s each, +0.06 s apart once).
 """
 
 from __future__ import annotations
 
 import os
-import resource
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -51,31 +51,24 @@ def test_importing_the_package_after_optax_loads_the_package_alone_and_each_name
         optax_pytree.wrapp  # noqa: B018 - the error names it
 
 
-def _child_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
-def _cpu_of(code: str, env: dict[str, str]) -> float:
-    before = _child_cpu()
-    subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True, timeout=300)
-    return _child_cpu() - before
+_TIMED = (
+    "import time, optax\n"
+    "start = time.process_time()\n"
+    "import optax_pytree\n"
+    "print(time.process_time() - start)\n"
+)
 
 
 @exhaustive
 def test_import_optax_pytree_costs_at_most_five_hundredths_of_a_second_over_optax() -> None:
-    codes = ("import optax", "import optax, optax_pytree")
+    # The CPU time of `import optax_pytree` after `import optax`, read in the process itself:
+    # two fresh processes' totals (the benchmark's paired method, benchmarks/import_time.py)
+    # differ by more than the target on a busy machine (CI's stages side by side), each ~1.2 s.
     with tempfile.TemporaryDirectory(prefix="optax_pytree_import_pycache_") as pycache:
         env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
         env["PYTHONPYCACHEPREFIX"] = pycache
-        for code in codes:  # warm-up: the bytecode cache
-            _cpu_of(code, env)
-        cpu: dict[str, list[float]] = {code: [] for code in codes}
-        for i in range(PAIRS):  # ABBA: as many of each order
-            for code in codes if i % 2 == 0 else codes[::-1]:
-                cpu[code].append(_cpu_of(code, env))
-    # The least of each: a busy neighbour only ever adds to a process's time, so the fastest of
-    # several runs is the cost itself (the paired medians are in the message).
-    extra = min(cpu[codes[1]]) - min(cpu[codes[0]])
-    paired = statistics.median(b - a for a, b in zip(cpu[codes[0]], cpu[codes[1]]))
-    assert extra <= LIMIT_S, f"extra CPU {extra:+.3f} s (fastest of {PAIRS}; paired median {paired:+.3f} s)"
+        _fresh(_TIMED, env)  # warm-up: the bytecode cache
+        samples = [float(_fresh(_TIMED, env)) for _ in range(PAIRS)]
+    # The least: a busy neighbour only ever adds to a process's time.
+    extra = min(samples)
+    assert extra <= LIMIT_S, f"import optax_pytree after optax: {extra:+.4f} s CPU (fastest of {PAIRS})"
