@@ -12,7 +12,6 @@ checkpoint's metadata and compared with the template's before restoring.
 from __future__ import annotations
 
 import functools
-import importlib
 import os
 import re
 from typing import Any
@@ -21,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _leaves
+from . import _leaves, _trace_context  # noqa: F401 - _trace_context: imported for its effect
 from ._bind import is_wrapped, public_name
 from ._stateful import PyTreeTransformationWithState
 from ._tree import spec_of
@@ -29,28 +28,8 @@ from ._vocabulary import Role
 
 __all__ = ["checkpoint_signature", "restore_checkpoint", "save_checkpoint"]
 
-# orbax-checkpoint (with tensorstore and etils) is imported at the first save
-# or restore, not with optax_pytree: it costs more than importing optax
-# itself. One thing that import does must happen before the user's first
-# trace, though: orbax imports ``jax.experimental.colocated_python``, which
-# imports ``jax.extend``, whose ``pallas`` module imports
-# ``jax._src.pallas.core``; since jax 0.12.0 that module defines two
-# configuration states (``pallas_grid_context``,
-# ``pallas_dynamic_shapes_export``) that are part of JAX's trace context. Every
-# ``jit`` cache key holds the trace context, so each function traced before a
-# lazy import of orbax would retrace, and compile, once after it. Importing
-# that one module here keeps the context the same (about 12 ms, against about
-# 200 ms for orbax); jax 0.11 and older define no such state in orbax's
-# imports, so there it is not imported. Fresh-process tests in
-# tests/test_checkpoint.py check that orbax is not imported with the package
-# and that its later import retraces nothing.
-_JAX_VERSION = tuple(int(x) for x in re.findall(r"\d+", jax.__version__)[:2])
-if _JAX_VERSION >= (0, 12):
-    try:
-        importlib.import_module("jax._src.pallas.core")
-    except Exception:  # noqa: BLE001 - pragma: no cover - moved or broken: only the retrace above is at stake
-        pass
-
+# orbax is imported at the first save or restore; _trace_context says why
+# JAX's trace context is set before that (imported here and by _tree).
 _ocp: Any = None  # orbax.checkpoint, once imported by _orbax()
 
 _METADATA_KEY = "optax_pytree"

@@ -22,7 +22,15 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from . import _bind, _build, _closures, _flax_serialization, _jaxprs, _leaves
+from . import (
+    _bind,
+    _build,
+    _closures,
+    _flax_serialization,
+    _jaxprs,
+    _leaves,
+    _trace_context,  # noqa: F401 - imported for its effect: JAX's trace context before the first trace
+)
 from ._bind import Wrapped
 from ._classify import NO_OPTIONS, Options
 from ._core import Core, Kept
