@@ -51,12 +51,25 @@ NEEDS = {
 DISTRIBUTED = {"multiprocess_sweep.py"}
 
 
+# Examples whose guide page runs the same calls in the default run
+# (tests/test_docs.py): they run in the exhaustive set, which CI runs, to keep
+# the README's test command within its five minutes.
+COVERED_BY_THEIR_PAGE = {
+    "meta_learning.py": "guide/meta-learning.md",
+    "population_based_training.py": "guide/population-based-training.md",
+}
+
+
 # The examples that are jobs of several processes are in the exhaustive set
 # (pytest --exhaustive; CI runs them), as the other multi-process jobs.
 @pytest.mark.parametrize(
     "path",
     [
-        pytest.param(p, id=p.name, marks=(pytest.mark.exhaustive,) if p.name in DISTRIBUTED else ())
+        pytest.param(
+            p,
+            id=p.name,
+            marks=(pytest.mark.exhaustive,) if p.name in DISTRIBUTED or p.name in COVERED_BY_THEIR_PAGE else (),
+        )
         for p in EXAMPLES
     ],
 )
