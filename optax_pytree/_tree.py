@@ -29,7 +29,7 @@ from . import (
     _flax_serialization,
     _jaxprs,
     _leaves,
-    _trace_context,  # noqa: F401 - imported for its effect: JAX's trace context before the first trace
+    _trace_context,  # noqa: F401  # pyright: ignore[reportUnusedImport] - imported for its effect: the trace context
 )
 from ._bind import Wrapped
 from ._classify import NO_OPTIONS, Options

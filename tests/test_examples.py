@@ -68,7 +68,7 @@ COVERED_BY_THEIR_PAGE = {
         pytest.param(
             p,
             id=p.name,
-            marks=(pytest.mark.exhaustive,) if p.name in DISTRIBUTED or p.name in COVERED_BY_THEIR_PAGE else (),
+            marks=(pytest.mark.exhaustive,) if p.name in DISTRIBUTED | COVERED_BY_THEIR_PAGE.keys() else (),
         )
         for p in EXAMPLES
     ],
