@@ -18,7 +18,8 @@ Two interpreters of one closed jaxpr, and what they share (:func:`bind`,
   program, and XLA's algebraic simplifier rewrites a floating-point division
   by a constant, ``x / c``, into a multiplication by its reciprocal,
   ``x * (1 / c)``, the reciprocal rounded once, and folds ``(x * c1) * c2``
-  into ``x * (c1 * c2)``. A wrapped object's hyperparameters are arguments
+  into ``x * (c1 * c2)`` where ``c1`` and ``c2`` are both scalars (broadcast
+  or not) or both arrays of the product's shape. A wrapped object's hyperparameters are arguments
   of the program (that is the point: one compilation for every value), which
   XLA does not rewrite so: a scalar division by an argument stays a division
   (measured on CPU: a cosine schedule's ``pi * count / decay_steps`` differs
@@ -147,7 +148,7 @@ def call(fn: Callable[..., Any], hyper: Any, *args: Any, **kwargs: Any) -> Any:
     derived = [True] * n + [False] * len(where)
     # A concrete leaf (the object closed over) is a constant of the program, as in plain optax.
     live = [is_tracer(x) for x in hyper_flat] + [False] * len(where)
-    outs, _, _ = _rewritten(closed.jaxpr, closed.consts, inputs, derived, live)
+    outs = _rewritten(closed.jaxpr, closed.consts, inputs, derived, live)[0]
     return jax.tree_util.tree_unflatten(out_tree, outs)
 
 
@@ -156,14 +157,23 @@ def _is_array(x: Any) -> bool:
 
 
 def _rewritten(
-    jaxpr: Jaxpr, consts: list[Any], args: list[Any], derived_in: list[bool], live_in: list[bool]
-) -> tuple[list[Any], list[bool], list[bool]]:
+    jaxpr: Jaxpr,
+    consts: list[Any],
+    args: list[Any],
+    derived_in: list[bool],
+    live_in: list[bool],
+    splat_in: list[bool] | None = None,
+) -> tuple[list[Any], list[bool], list[bool], list[bool]]:
     """The outputs of ``jaxpr``; which are values of the hyperparameters (and constants) alone;
-    and which of those depend on a traced hyperparameter (*live*: an argument of the program,
-    where plain optax has a constant; the others are constants of both programs)."""
+    which of those depend on a traced hyperparameter (*live*: an argument of the program,
+    where plain optax has a constant; the others are constants of both programs); and which
+    of those are *splats*, one scalar in every element (a scalar, or a broadcast of one: what
+    XLA sees as ``broadcast(constant)``, where it sees other values of constants alone as a
+    folded array constant)."""
     env: dict[Any, Any] = {}
     derived: set[Any] = set()
     live: set[Any] = set()
+    splat: set[Any] = set()
 
     def read(v: Any) -> Any:
         return v.val if is_literal(v) else env[v]
@@ -171,37 +181,53 @@ def _rewritten(
     def is_derived(v: Any) -> bool:
         return is_literal(v) or v in derived
 
+    def is_splat(v: Any) -> bool:
+        return is_literal(v) or v in splat
+
+    def reassociates(c1: Any, c2: Any, out: Any) -> bool:
+        # XLA's algebraic simplifier: Mul(Mul(A, C1), C2) => Mul(A, C1 * C2) where C1 and C2
+        # are both constants of the product's shape, or both broadcasts of scalar constants
+        # (measured on the CPU and the TPU: (x * [0.1, 0.2]) * 0.3 is left as it is).
+        if c1[1] and c2[1]:
+            return True
+        shape = aval(out).shape
+        return not c1[1] and not c2[1] and np.shape(c1[0]) == shape and np.shape(c2[0]) == shape
+
     for v, x in zip(jaxpr.constvars, consts):
         env[v] = x
         if not is_tracer(x):  # a constant of the program, in the plain one too
             derived.add(v)
-    for v, x, d, a in zip(jaxpr.invars, args, derived_in, live_in):
+    for v, x, d, a, b in zip(jaxpr.invars, args, derived_in, live_in, splat_in or [False] * len(args)):
         env[v] = x
         if d:
             derived.add(v)
         if a:
             live.add(v)
-    # A product of a value and a constant, as (value, constant): XLA
-    # reassociates ``(A * C1) * C2`` into ``A * (C1 * C2)``.
-    products: dict[Any, tuple[Any, Any]] = {}
+        if d and (b or np.shape(x) == ()):
+            splat.add(v)
+    # A product of a value and a constant, as (value, (constant, whether a splat)).
+    products: dict[Any, tuple[Any, tuple[Any, bool]]] = {}
     for eqn in jaxpr.eqns:
         inputs = [read(v) for v in eqn.invars]
         flags = [is_derived(v) for v in eqn.invars]
         lives = [not is_literal(v) and v in live for v in eqn.invars]
+        splats = [is_splat(v) for v in eqn.invars]
         name = eqn.primitive.name
         is_float = _is_float(aval(eqn.outvars[0]).dtype) if eqn.outvars else False
         out_live = [all(flags) and any(lives)] * len(eqn.outvars)
+        out_splat = [all(flags) and (name in _SPLAT_KEEPING and all(splats))] * len(eqn.outvars)
         if is_float and name in ("div", "mul") and flags[1] != flags[0] and (name == "mul" or flags[1]):
             if name == "div":  # A / C => A * (1 / C), the reciprocal as the backend folds it
-                value, constant = inputs[0], _backends.lowered(lambda t: t.reciprocal, inputs[1])
+                value, constant = inputs[0], (_backends.lowered(lambda t: t.reciprocal, inputs[1]), splats[1])
                 inner = products.get(eqn.invars[0]) if not is_literal(eqn.invars[0]) else None
             else:
                 i = 0 if flags[1] else 1  # the operand that is not a constant
-                value, constant = inputs[i], inputs[1 - i]
+                value, constant = inputs[i], (inputs[1 - i], splats[1 - i])
                 inner = products.get(eqn.invars[i]) if not is_literal(eqn.invars[i]) else None
-            if inner is not None:  # (A * C1) * C2 => A * (C1 * C2)
-                value, constant = inner[0], lax.mul(inner[1], constant)
-            outputs = [lax.mul(value, constant)]
+            if inner is not None and reassociates(inner[1], constant, eqn.outvars[0]):
+                # (A * C1) * C2 => A * (C1 * C2)
+                value, constant = inner[0], (lax.mul(inner[1][0], constant[0]), inner[1][1] and constant[1])
+            outputs = [lax.mul(value, constant[0])]
             products[eqn.outvars[0]] = (value, constant)
             out_flags = [False]
         elif is_float and name == "pow" and lives[0] and not flags[1]:
@@ -210,7 +236,9 @@ def _rewritten(
             out_flags = [False]
         elif name in INLINED and "jaxpr" in eqn.params:
             inner = eqn.params["jaxpr"]
-            outputs, out_flags, out_live = _rewritten(inner.jaxpr, list(inner.consts), inputs, flags, lives)
+            outputs, out_flags, out_live, out_splat = _rewritten(
+                inner.jaxpr, list(inner.consts), inputs, flags, lives, splats
+            )
         elif is_float and name in _FOLDED and all(flags) and any(lives):
             # Constants alone: folded by XLA on the host, correctly rounded.
             outputs = [_backends.lowered(_folded(eqn), *inputs)]
@@ -219,15 +247,47 @@ def _rewritten(
             out = bind(eqn, inputs)
             outputs = list(out) if eqn.primitive.multiple_results else [out]
             out_flags = [all(flags) and not eqn.effects] * len(outputs)
-        for v, x, d, a in zip(eqn.outvars, outputs, out_flags, out_live):
+        for v, x, d, a, b in zip(eqn.outvars, outputs, out_flags, out_live, out_splat):
             env[v] = x
             if d:
                 derived.add(v)
                 if a:
                     live.add(v)
+                if b or np.shape(x) == ():
+                    splat.add(v)
     outs = jaxpr.outvars
     out_live = [not is_literal(v) and v in live for v in outs]
-    return [read(v) for v in outs], [is_derived(v) for v in outs], out_live
+    return [read(v) for v in outs], [is_derived(v) for v in outs], out_live, [is_splat(v) for v in outs]
+
+
+# Primitives whose output is one scalar in every element where each input is: a broadcast
+# of a scalar constant stays one through them in XLA (its simplifier moves the broadcast
+# after the operation, and folds the scalar operation), where it folds other values of
+# constants alone into an array constant.
+_SPLAT_KEEPING = frozenset(
+    (
+        "broadcast_in_dim",
+        "reshape",
+        "squeeze",
+        "expand_dims",
+        "convert_element_type",
+        "neg",
+        "add",
+        "sub",
+        "mul",
+        "div",
+        "max",
+        "min",
+        "sqrt",
+        "rsqrt",
+        "exp",
+        "log",
+        "pow",
+        "integer_pow",
+        "abs",
+        "copy",
+    )
+)
 
 
 # The primitives of constants alone some backend folds otherwise than its device computes them.
