@@ -59,3 +59,22 @@ def test_a_stopped_cpu_clock_is_retimed_in_wall_time(bench: tuple[ModuleType, Mo
     # Child processes run JAX on the CPU, the rest of their environment kept.
     env = common.child_env({"PYTHONPATH": "/somewhere", "JAX_PLATFORMS": "tpu"})
     assert env == {"PYTHONPATH": "/somewhere", "JAX_PLATFORMS": "cpu"}
+
+
+def test_tpu_programs_reads_an_optimized_program() -> None:
+    # benchmarks/tpu_programs.py compiles for a TPU without the chip (libtpu, not installed
+    # here); what it does with the compiled text is the same for any backend's: the CPU's.
+    import jax
+    import jax.numpy as jnp
+
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        tpu_programs = importlib.import_module("tpu_programs")
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    text = jax.jit(lambda x: jnp.cos(x * 0.25) * 3.0).lower(jnp.ones(4)).compile().as_text()
+    compacted = tpu_programs.compact(text)
+    assert compacted.startswith(("%", "ENTRY")) and "metadata=" not in compacted
+    ops, constants = tpu_programs.summary(compacted)
+    assert ops.get("cosine", 0) + ops.get("fusion", 0) >= 1
+    assert "0.25" in constants and "3" in constants
