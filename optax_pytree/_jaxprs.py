@@ -50,7 +50,7 @@ from __future__ import annotations
 # pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeGuard
 
 import jax
 import jax.numpy as jnp
@@ -184,29 +184,33 @@ def _rewritten(
     def is_splat(v: Any) -> bool:
         return is_literal(v) or v in splat
 
-    def reassociates(c1: Any, c2: Any, out: Any) -> bool:
+    def shape(v: Any) -> Any:
+        return getattr(aval(v), "shape", None)  # None: a type of its own (a hijax variable)
+
+    def reassociates(c1: Constant, c2: Constant, out: Any) -> bool:
         # XLA's algebraic simplifier: Mul(Mul(A, C1), C2) => Mul(A, C1 * C2) where C1 and C2
         # are both constants of the product's shape, or both broadcasts of scalar constants
         # (measured on the CPU and the TPU: (x * [0.1, 0.2]) * 0.3 is left as it is).
-        if c1[1] and c2[1]:
+        if c1.splat and c2.splat:
             return True
-        shape = aval(out).shape
-        return not c1[1] and not c2[1] and np.shape(c1[0]) == shape and np.shape(c2[0]) == shape
+        return not c1.splat and not c2.splat and c1.shape == c2.shape == shape(out) is not None
 
     for v, x in zip(jaxpr.constvars, consts):
         env[v] = x
         if not is_tracer(x):  # a constant of the program, in the plain one too
             derived.add(v)
+            if shape(v) == ():
+                splat.add(v)
     for v, x, d, a, b in zip(jaxpr.invars, args, derived_in, live_in, splat_in or [False] * len(args)):
         env[v] = x
         if d:
             derived.add(v)
         if a:
             live.add(v)
-        if d and (b or np.shape(x) == ()):
+        if d and (b or shape(v) == ()):
             splat.add(v)
-    # A product of a value and a constant, as (value, (constant, whether a splat)).
-    products: dict[Any, tuple[Any, tuple[Any, bool]]] = {}
+    # A product of a value and a constant, as (value, constant).
+    products: dict[Any, tuple[Any, Constant]] = {}
     for eqn in jaxpr.eqns:
         inputs = [read(v) for v in eqn.invars]
         flags = [is_derived(v) for v in eqn.invars]
@@ -218,16 +222,19 @@ def _rewritten(
         out_splat = [all(flags) and (name in _SPLAT_KEEPING and all(splats))] * len(eqn.outvars)
         if is_float and name in ("div", "mul") and flags[1] != flags[0] and (name == "mul" or flags[1]):
             if name == "div":  # A / C => A * (1 / C), the reciprocal as the backend folds it
-                value, constant = inputs[0], (_backends.lowered(lambda t: t.reciprocal, inputs[1]), splats[1])
+                reciprocal = _backends.lowered(lambda t: t.reciprocal, inputs[1])
+                value, constant = inputs[0], Constant(reciprocal, splats[1], shape(eqn.invars[1]))
                 inner = products.get(eqn.invars[0]) if not is_literal(eqn.invars[0]) else None
             else:
                 i = 0 if flags[1] else 1  # the operand that is not a constant
-                value, constant = inputs[i], (inputs[1 - i], splats[1 - i])
+                value, constant = inputs[i], Constant(inputs[1 - i], splats[1 - i], shape(eqn.invars[1 - i]))
                 inner = products.get(eqn.invars[i]) if not is_literal(eqn.invars[i]) else None
             if inner is not None and reassociates(inner[1], constant, eqn.outvars[0]):
                 # (A * C1) * C2 => A * (C1 * C2)
-                value, constant = inner[0], (lax.mul(inner[1][0], constant[0]), inner[1][1] and constant[1])
-            outputs = [lax.mul(value, constant[0])]
+                folded = lax.mul(inner[1].value, constant.value)
+                splat_product = inner[1].splat and constant.splat
+                value, constant = inner[0], Constant(folded, splat_product, shape(eqn.outvars[0]))
+            outputs = [lax.mul(value, constant.value)]
             products[eqn.outvars[0]] = (value, constant)
             out_flags = [False]
         elif is_float and name == "pow" and lives[0] and not flags[1]:
@@ -253,7 +260,7 @@ def _rewritten(
                 derived.add(v)
                 if a:
                     live.add(v)
-                if b or np.shape(x) == ():
+                if b or shape(v) == ():
                     splat.add(v)
     outs = jaxpr.outvars
     out_live = [not is_literal(v) and v in live for v in outs]
@@ -288,6 +295,14 @@ _SPLAT_KEEPING = frozenset(
         "copy",
     )
 )
+
+
+class Constant(NamedTuple):
+    """A constant factor of a product: its value, whether one scalar in every element, its shape."""
+
+    value: Any
+    splat: bool
+    shape: Any
 
 
 # The primitives of constants alone some backend folds otherwise than its device computes them.
