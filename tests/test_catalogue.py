@@ -117,7 +117,7 @@ NOT_BIT_FOR_BIT_UNDER_JIT_ON_CPU: dict[str, str] = {
 
 # Measured on a TPU v5e (docs/guide/numerics.md): each with its cause.
 # Measured on a TPU v5e (jax 0.10.2; benchmarks/constants_probe.py, docs/guide/numerics.md):
-# 7 of the 141, against the CPU's 17, each in the last bits after six steps (at most 1.7e-6
+# 7 of the 141, against the CPU's 16, each in the last bits after six steps (at most 1.7e-6
 # relative). The ALGSIMP ones are bit for bit with XLA's algebraic simplifier off
 # (--xla_disable_hlo_passes=algsimp, on the TPU), and no single operation of theirs differs
 # with its hyperparameters constants (the probe, op by op): a rewrite across operations.
