@@ -49,6 +49,7 @@ from __future__ import annotations
 
 # pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 import os
+import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeGuard
 
@@ -148,7 +149,19 @@ def call(fn: Callable[..., Any], hyper: Any, *args: Any, **kwargs: Any) -> Any:
     derived = [True] * n + [False] * len(where)
     # A concrete leaf (the object closed over) is a constant of the program, as in plain optax.
     live = [is_tracer(x) for x in hyper_flat] + [False] * len(where)
-    outs = _rewritten(closed.jaxpr, closed.consts, inputs, derived, live)[0]
+    try:
+        outs = _rewritten(closed.jaxpr, closed.consts, inputs, derived, live)[0]
+    except Exception as error:  # noqa: BLE001 - the mechanism's own failure: never the factory's
+        # The program was traced from ``fn`` already: what failed is the rewrite, not the
+        # factory. Plain tracing still computes it (as a value read at run time would be).
+        warnings.warn(
+            f"optax_pytree: redoing XLA's rewrites of constants failed ({type(error).__name__}: "
+            f"{error}); computed without them, so under jit the numbers "
+            "may differ from plain optax's in the last bits. This is optax_pytree's failure, "
+            "not the factory's: please report it",
+            stacklevel=2,
+        )
+        return fn(hyper, *args, **kwargs)
     return jax.tree_util.tree_unflatten(out_tree, outs)
 
 

@@ -360,3 +360,29 @@ def test_a_typed_prng_key_argument_is_a_leaf() -> None:
         updates, _ = jax.jit(got.update)(_G, state)
         plain_updates, _ = expected.update(_G, plain_state)
         assert_tree_allclose(updates, plain_updates)
+
+
+def test_a_failure_of_the_constant_rewrites_warns_and_computes_without_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Redoing XLA's rewrites of constants runs the factory's traced program again; if that
+    # fails, it is the mechanism's failure, not the factory's (once it raised from inside,
+    # for flax's hijax hyperparameters, and was reported as the factory needing a concrete
+    # learning rate). It warns, saying so, and computes the update by plain tracing.
+    from optax_pytree import _jaxprs
+
+    def crash(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("planted")
+
+    tx = opx.wrap(plain.adam, 0.05)
+    params = {"w": jnp.linspace(-1.0, 1.0, 4)}
+    monkeypatch.setattr(_jaxprs, "_rewritten", crash)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        updates, _ = jax.jit(lambda tx, g, s: tx.update(g, s))(tx, params, tx.init(params))
+    messages = [str(w.message) for w in caught]
+    assert messages and all("redoing XLA's rewrites of constants failed" in m for m in messages)
+    assert "RuntimeError: planted" in messages[0] and "not the factory's" in messages[0]
+    raw = plain.adam(0.05)
+    expected, _ = jax.jit(raw.update)(params, raw.init(params))
+    assert_tree_allclose(updates, expected, rtol=1e-6, atol=0)
