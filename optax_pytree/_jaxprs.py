@@ -208,20 +208,19 @@ def _rewritten(
             return True
         return not c1.splat and not c2.splat and c1.shape == c2.shape == shape(out) is not None
 
-    for v, x in zip(jaxpr.constvars, consts):
+    def record(v: Any, x: Any, of_constants: bool, of_traced: bool, one_scalar: bool) -> None:
         env[v] = x
-        if not is_tracer(x):  # a constant of the program, in the plain one too
+        if of_constants:  # live and splat say more of a value of constants alone
             derived.add(v)
-            if shape(v) == ():
+            if of_traced:
+                live.add(v)
+            if one_scalar or shape(v) == ():
                 splat.add(v)
+
+    for v, x in zip(jaxpr.constvars, consts):
+        record(v, x, not is_tracer(x), False, False)  # a concrete one: a constant of both programs
     for v, x, d, a, b in zip(jaxpr.invars, args, derived_in, live_in, splat_in or [False] * len(args)):
-        env[v] = x
-        if d:
-            derived.add(v)
-        if a:
-            live.add(v)
-        if d and (b or shape(v) == ()):
-            splat.add(v)
+        record(v, x, d, a, b)
     # A product of a value and a constant, as (value, constant).
     products: dict[Any, tuple[Any, Constant]] = {}
     for eqn in jaxpr.eqns:
@@ -268,13 +267,7 @@ def _rewritten(
             outputs = list(out) if eqn.primitive.multiple_results else [out]
             out_flags = [all(flags) and not eqn.effects] * len(outputs)
         for v, x, d, a, b in zip(eqn.outvars, outputs, out_flags, out_live, out_splat):
-            env[v] = x
-            if d:
-                derived.add(v)
-                if a:
-                    live.add(v)
-                if b or shape(v) == ():
-                    splat.add(v)
+            record(v, x, d, a, b)
     outs = jaxpr.outvars
     out_live = [not is_literal(v) and v in live for v in outs]
     return [read(v) for v in outs], [is_derived(v) for v in outs], out_live, [is_splat(v) for v in outs]
