@@ -292,15 +292,32 @@ def power_of_constant_base(c: Any, t: Any) -> Any:
     return _power_of_constant_base(c, t)
 
 
+def log2_of_base(c: Any) -> Any:
+    """``fl(log2 c)`` as the TPU's compiler folds it for a constant base, where ``c`` is a
+    positive normal float32 (0 elsewhere: the general power is taken there).
+
+    A value of the base alone, so that XLA computes it once where the base
+    is (a scan over steps that share one hyperparameter computes it before
+    its loop, not in every step).
+    """
+    valid = _is_normal(c) & (c > 0)
+    return jnp.where(valid, log2(jnp.where(valid, c, np.float32(1.0))), np.float32(0.0))
+
+
 @jax.custom_jvp
 def _power_of_constant_base(c: Any, t: Any) -> Any:
+    return _power_given_log2(c, t, log2_of_base(c))
+
+
+def _power_given_log2(c: Any, t: Any, log2_c: Any) -> Any:
+    """``c ** t`` as the TPU's compiler computes it for a constant ``c`` whose folded
+    logarithm is ``log2_c``: what depends on ``c`` alone first (loop-invariant), then ``t``."""
     general = lax.pow(c, t)
     # An integer exponent is converted to the base's dtype where the power is lowered.
     tf = jnp.asarray(t).astype(_F32)
-    valid = _is_normal(c) & (c > 0) & jnp.isfinite(tf)
-    safe = jnp.where(valid, c, np.float32(1.0))
-    folded = jnp.where(tf == 1, c, lax.pow(np.float32(2.0), tf * log2(safe)))
-    return jnp.where(valid, folded, general)
+    valid = _is_normal(c) & (c > 0)  # of the base alone
+    folded = jnp.where(tf == 1, c, lax.pow(np.float32(2.0), tf * log2_c))
+    return jnp.where(valid & jnp.isfinite(tf), folded, general)
 
 
 @_power_of_constant_base.defjvp

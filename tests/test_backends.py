@@ -10,8 +10,10 @@ where the program is lowered (a CPU-only process traces what it always did).
 
 from __future__ import annotations
 
+import functools
 import json
 import pathlib
+import re
 import types
 from typing import Any
 
@@ -244,3 +246,90 @@ def test_a_package_installed_into_a_folder_is_installed(tmp_path: pathlib.Path) 
     assert _disk._is_installed(str(tmp_path / "pkg" / "__init__.py"), "pkg")
     assert _disk._is_installed(str(tmp_path / "pkg" / "sub" / "mod.py"), "pkg")
     assert not _disk._is_installed(str(tmp_path / "script.py"), "script")  # the user's program
+
+
+# --------------------------------------------------------------------------
+# Exact at no cost: what the TPU's rewrites compute from the hyperparameters alone is
+# computed once, before a loop over steps, not in every step (issue 46).
+
+
+def _computations(text: str) -> dict[str, list[str]]:
+    """An optimized HLO module's computations: name -> its instruction lines."""
+    found: dict[str, list[str]] = {}
+    name: str | None = None
+    for line in text.splitlines():
+        head = re.match(r"^(?:ENTRY )?%?([\w.\-]+) \(.*\{\s*$", line)
+        if head:
+            name, found[head.group(1)] = head.group(1), []
+        elif line.startswith("}"):
+            name = None
+        elif name is not None:
+            found[name].append(line)
+    return found
+
+
+def _loop_body_operations(text: str) -> list[str]:
+    """The opcodes a while loop's body runs in every iteration, fused computations included."""
+    computations = _computations(text)
+    seen: set[str] = set()
+    ops: list[str] = []
+
+    def walk(name: str) -> None:
+        if name in seen or name not in computations:
+            return
+        seen.add(name)
+        for line in computations[name]:
+            op = re.match(r"^\s*(?:ROOT )?%[\w.\-]+ = (?:\(.*?\)|\S+) ([\w\-]+)\(", line)
+            if op:
+                ops.append(op.group(1))
+            for called in re.findall(r"(?:calls|to_apply|body|condition)=%?([\w.\-]+)", line):
+                walk(called)
+
+    for body in re.findall(r"while\(.*?body=%?([\w.\-]+)", text):
+        walk(body)
+    return ops
+
+
+def _scan_program(tx: Any, params: Any, argument: bool) -> str:
+    def body(carry: Any, _: Any, tx: Any = tx) -> Any:
+        p, s = carry
+        updates, s = tx.update(jax.tree.map(lambda x: jnp.sin(x) * 0.1, p), s, p)
+        return (optax.apply_updates(p, updates), s), None
+
+    if argument:
+        fn = lambda tx, p, s: jax.lax.scan(functools.partial(body, tx=tx), (p, s), None, length=10)[0]  # noqa: E731
+        return jax.jit(fn).lower(tx, params, tx.init(params)).compile().as_text() or ""
+    fn = lambda p, s: jax.lax.scan(body, (p, s), None, length=10)[0]  # noqa: E731
+    return jax.jit(fn).lower(params, tx.init(params)).compile().as_text() or ""
+
+
+def test_the_tpus_exact_scalars_are_computed_before_the_loop_not_in_every_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The CPU compiles the TPU's rewrites (the exact reciprocal, the power of a constant
+    # base with its logarithm rounded exactly): the same program the TPU's compiler gets, and
+    # the same loop-invariant code motion, without the chip. They once ran in every step of a
+    # scan (959 operations in adam's loop body against inject_hyperparams' 151: 13x its time
+    # per step at 1,024 parameters on a TPU v5e).
+    monkeypatch.setitem(_backends.TABLE, "cpu", _backends.TPU)
+    params = {"w": jnp.linspace(-1.0, 1.0, 64), "b": jnp.linspace(0.5, -0.5, 32)}
+
+    def schedule(f: Any) -> Any:
+        return f(optax.warmup_cosine_decay_schedule, 0.0, 1e-3, 10, 1000)
+
+    cases = [
+        (lambda f: f(optax.adam, 1e-3), optax.inject_hyperparams(optax.adam)(learning_rate=1e-3)),
+        (
+            lambda f: f(optax.adamw, schedule(f)),
+            optax.inject_hyperparams(optax.adamw)(learning_rate=schedule(lambda f, *a: f(*a))),
+        ),
+    ]
+    for make, injected in cases:
+        wrapped = _loop_body_operations(_scan_program(make(opx.wrap), params, argument=True))
+        reference = _loop_body_operations(_scan_program(injected, params, argument=False))
+        # The exact operations' mark: a float's bits read as an integer (their neighbours,
+        # the logarithm's exponent and mantissa), none of it in the loop.
+        assert "bitcast-convert" not in wrapped
+        # What is left per step is the power by the count (plain optax's own, and the
+        # general power beside it) and its selects: measured 192 and 285 operations.
+        assert len(wrapped) <= 2 * len(reference), (len(wrapped), len(reference))
