@@ -281,15 +281,18 @@ def _round_sum(w: Any, t: tuple[Any, Any]) -> Any:
     return jnp.where(over, upper, jnp.where(under, lower, r))
 
 
-def power_of_constant_base(c: Any, t: Any) -> Any:
+def power_of_constant_base(c: Any, t: Any, log2_c: Any = None) -> Any:
     """``c ** t`` as the TPU's compiler computes it for a constant ``c`` (``c`` where ``t == 1``,
     else ``2 ** (t * fl(log2 c))``); the device's general power outside the measured range (a
     base that is not a positive normal float32, an infinite or NaN exponent, other dtypes).
-    Derivatives are the general power's."""
+    ``log2_c``: ``fl(log2 c)`` where it is known (carried: :func:`log2_of_base` computes it
+    otherwise). Derivatives are the general power's."""
     t_type = jnp.result_type(t)
     if jnp.result_type(c) != _F32 or not (t_type == _F32 or jnp.issubdtype(t_type, jnp.integer)):
         return lax.pow(c, t)
-    return _power_of_constant_base(c, t)
+    if log2_c is None:
+        return _power_of_constant_base(c, t)
+    return _power_with_log2(c, t, log2_c)
 
 
 def log2_of_base(c: Any) -> Any:
@@ -326,6 +329,50 @@ def _power_of_constant_base_jvp(primals: tuple[Any, Any], tangents: tuple[Any, A
     return _power_of_constant_base(*primals), tangent
 
 
+@jax.custom_jvp
+def _power_with_log2(c: Any, t: Any, log2_c: Any) -> Any:
+    return _power_given_log2(c, t, log2_c)
+
+
+@_power_with_log2.defjvp
+def _power_with_log2_jvp(primals: tuple[Any, Any, Any], tangents: tuple[Any, Any, Any]) -> tuple[Any, Any]:
+    _, tangent = jax.jvp(lax.pow, primals[:2], tangents[:2])
+    return _power_with_log2(*primals), tangent
+
+
+# --------------------------------------------------------------------------
+# Folds: what the compiler computes from constants alone, by kind (``_jaxprs.folded``). An
+# object carries each one's host value (``_folds``); the device computes it where it does not,
+# or where the carried value is stale (its leaves changed behind the object's back): then
+# with the device's own operation, the documented float32 fallback.
+
+
+def _device_log2(c: Any) -> Any:
+    return jnp.log2(c)
+
+
+_DEVICE: dict[str, Callable[..., Any]] = {
+    "reciprocal": lambda c: lax.div(jnp.ones_like(c), c),
+    "div": lax.div,
+    "sqrt": lax.sqrt,
+    "rsqrt": lax.rsqrt,
+    "log2": _device_log2,
+}
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _carried(kind: str, fresh: Any, carried: Any, *xs: Any) -> Any:
+    """The carried value where fresh, else the device's; derivatives are the device's."""
+    return jnp.where(fresh, carried.astype(jnp.result_type(*xs)), _DEVICE[kind](*xs))
+
+
+@_carried.defjvp
+def _carried_jvp(kind: str, primals: tuple[Any, ...], tangents: tuple[Any, ...]) -> tuple[Any, Any]:
+    fresh, carried, *xs = primals
+    _, tangent = jax.jvp(_DEVICE[kind], tuple(xs), tuple(tangents[2:]))
+    return _carried(kind, fresh, carried, *xs), tangent
+
+
 # --------------------------------------------------------------------------
 # The table.
 
@@ -347,15 +394,33 @@ class Treatment:
     # Values of constants alone, folded on the host: a / b, sqrt(a), rsqrt(a).
     folded: dict[str, Callable[..., Any]]
     # c ** t for a constant base c and a value t.
-    power_of_constant_base: Callable[[Any, Any], Any] | None
+    power_of_constant_base: Callable[..., Any] | None
     # Whether x ** e with a constant exponent e is compiled otherwise than a power by a value.
     specializes_exponent: Callable[[float], bool]
     exponents_text: str
+    # Whether a carried fold stands for the device's exact one (its host value is what this
+    # backend's compiler folds, and computing it on the device costs): the TPU's.
+    carries: bool = False
 
     def folded_value(self, name: str, inputs: list[Any]) -> Any:
         """The folded value of a primitive of constants alone, or None (the device's is the same)."""
         rule = self.folded.get(name)
         return None if rule is None else _float32_only(rule)(*inputs)
+
+    def fold(self, kind: str, fresh: Any, carried: Any, *xs: Any) -> Any:
+        """A fold of values of the hyperparameters alone (``_jaxprs``): the carried value where
+        this backend uses it and it is fresh, else computed here as the compiler folds it."""
+        if carried is not None and self.carries:
+            return _carried(kind, fresh, carried, *xs)
+        if kind == "reciprocal":
+            return self.reciprocal(xs[0])
+        if kind == "log2":  # the base's folded logarithm, for the power's rule (if any)
+            c = xs[0]
+            if self.power_of_constant_base is None or jnp.result_type(c) != _F32:
+                return jnp.zeros_like(c)
+            return log2_of_base(c)
+        out = self.folded_value(kind, list(xs))
+        return _DEVICE[kind](*xs) if out is None else out
 
 
 # Measured on the CPU (x86-64; jax 0.10.2): x ** e by a constant e differs from a power by a
@@ -404,6 +469,7 @@ TPU = Treatment(
     power_of_constant_base=power_of_constant_base,
     specializes_exponent=_tpu_specializes,
     exponents_text="the TPU: the whole multiples of 1/2, 1/3 and 1/4 but 0 and 1",
+    carries=True,
 )
 
 TABLE: dict[str, Treatment] = {"cpu": CPU, "tpu": TPU}

@@ -106,9 +106,13 @@ def _as_array(x: Any) -> Any:
 
 def fresh(spec: Spec, leaves: Leaves, exact: tuple[jax.Array, ...]) -> Any:
     """Whether the leaves are those the carried values were computed from (a bool, or traced)."""
+    if spec.fingerprint_at is None:  # no carried expressions (folds alone: ``_jaxprs`` checks those)
+        return True
     values = [_as_array(leaves[spec.leaf_index[n]]) for n in spec.carried_names]
-    stored = _leaves.exact_values(tuple(_as_array(x) for x in exact), spec.carried_dtypes)[-1]
-    now = _leaves.fingerprint(values, spec.carried_dtypes[-1])
+    stored = _leaves.exact_values(tuple(_as_array(x) for x in exact), spec.carried_dtypes)[
+        spec.fingerprint_at
+    ]
+    now = _leaves.fingerprint(values, _leaves.FINGERPRINT_DTYPE)
     if _leaves.is_tracer(now) or _leaves.is_tracer(stored):
         return jnp.all(now == stored)
     return bool(np.array_equal(now, np.asarray(stored)))
@@ -122,7 +126,7 @@ def carried(spec: Spec, leaves: Leaves, exact: Exact) -> dict[Any, tuple[Any, An
     child, immutable): a parent rebuilds its children at every wrap, an
     eager update rebuilds its transformation.
     """
-    if exact is None:
+    if exact is None or not spec.carried:
         return {}
     key = (id(leaves), id(exact))
     found = _CARRIED.get(key)

@@ -16,7 +16,7 @@ from typing import Any, TypeAlias
 import jax
 import numpy as np
 
-from . import _build, _expr, _leaves, _spec
+from . import _build, _expr, _folds, _leaves, _spec
 from ._classify import Classified
 from ._core import Kept
 from ._vocabulary import Role
@@ -42,10 +42,29 @@ def host_values(spec: _spec.Spec, base: dict[str, Any], kept: Kept = None) -> Ho
         return {e: previous[e] if e in previous else _expr.evaluate(e, env) for e in spec.carried}
 
 
-def _carried_values(spec: _spec.Spec, hosts: HostValues, leaves: _leaves.Leaves) -> _leaves.Exact:
-    """The object's ``exact`` child (a scalar leaf per expression, then the fingerprint), in general."""
+def _carried_values(
+    spec: _spec.Spec, hosts: HostValues, leaves: _leaves.Leaves, classified: Classified
+) -> _leaves.Exact:
+    """The object's ``exact`` child (a value per expression, then the fingerprint, then the
+    folds), in general."""
     of = [leaves[spec.leaf_index[n]] for n in spec.carried_names]
-    return _leaves.exact_child([hosts[e] for e in spec.carried], of, spec.carried_dtypes)
+    carried = [hosts[e] for e in spec.carried]
+    traced = any(_leaves.is_tracer(x) for x in (*carried, *of))
+    xp: Any = jax.numpy if traced else np
+    before = _leaves.carried_values(carried, [x if traced else _host(x) for x in of], spec.carried_dtypes, xp)
+    folds = fold_values(spec, classified.values, before)
+    return _leaves.exact_child(carried, of, spec.carried_dtypes, folds)
+
+
+def fold_values(spec: _spec.Spec, values: dict[str, Any], before: list[Any]) -> list[Any]:
+    """The folds' values and fingerprint (``_folds``); NaN where they cannot be computed (a
+    leaf of no numeric value): never fresh, so the device computes them."""
+    if not spec.folds:
+        return []
+    try:
+        return _folds.values(spec, values, before)
+    except Exception:  # noqa: BLE001 - the mechanism's own failure: the device computes the folds
+        return [np.float32(np.nan)] * (len(spec.folds) + 1)
 
 
 def _host(x: Any) -> Any:
@@ -93,14 +112,25 @@ def pending(spec: _spec.Spec, classified: Classified, hosts: HostValues) -> _lea
     for h in carried:
         if type(h) not in PYTHON_NUMBERS:
             return None
-    return _leaves.Pending(spec, numbers, carried, {n: values[n] for n in spec.child_names})
+    folds = _pending_folds(spec, values, numbers, carried)
+    return _leaves.Pending(spec, numbers, carried, {n: values[n] for n in spec.child_names}, folds)
+
+
+def _pending_folds(
+    spec: _spec.Spec, values: dict[str, Any], numbers: list[Any], carried: list[Any]
+) -> list[Any]:
+    """The folds of an object made from Python numbers, on the host (NumPy, before any dispatch)."""
+    if not spec.folds:
+        return []
+    of = [_leaves.value_as_leaf(numbers[i]) for i in spec.fingerprint_of]
+    return fold_values(spec, values, _leaves.carried_values(carried, of, spec.carried_dtypes))
 
 
 def leaves_and_exact(
     spec: _spec.Spec, classified: Classified, hosts: HostValues
 ) -> tuple[_leaves.Leaves, _leaves.Exact]:
     """The object's leaves and its ``exact`` child (None where nothing is carried)."""
-    if not spec.carried:
+    if not spec.carried_dtypes:
         return _leaf_values(spec, classified), None
     values = classified.values
     dynamic = spec.dynamic_names
@@ -109,16 +139,19 @@ def leaves_and_exact(
     ):
         # The common case (wrap, replace with Python numbers; children kept as
         # they are): one dispatch.
+        numbers = [values[n] for n in dynamic]
+        carried = [hosts[e] for e in spec.carried]
         converted, exact = _leaves.make_exact(
-            [values[n] for n in dynamic],
-            [hosts[e] for e in spec.carried],
+            numbers,
+            carried,
             spec.carried_dtypes,
             spec.fingerprint_of,
+            _pending_folds(spec, values, numbers, carried),
         )
         by_name = dict(zip(dynamic, converted))
         return tuple(by_name[n] if n in by_name else values[n] for n in spec.leaf_names), exact
     leaves = _leaf_values(spec, classified)
-    return leaves, _carried_values(spec, hosts, leaves)
+    return leaves, _carried_values(spec, hosts, leaves, classified)
 
 
 PYTHON_NUMBERS = (int, float, complex)

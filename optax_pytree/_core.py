@@ -41,6 +41,14 @@ class Core:
         "structure",
     )
 
+    @classmethod
+    def of(cls, spec: Spec, leaves: Leaves, exact: Exact) -> Core:
+        """A core of these leaves alone (no Python values, no sources): what JAX rebuilds."""
+        core = cls.__new__(cls)
+        core.spec, core.stored_leaves, core.stored_exact = spec, leaves, exact
+        core.pending, core.python, core.plain = None, {}, None
+        return core
+
     spec: Spec
     stored_leaves: Leaves
     stored_exact: Exact
@@ -108,7 +116,7 @@ class Core:
     def init(self, params: Any) -> Any:
         self.check_sources()
         try:
-            return _jaxprs.call(lambda h, p: self.built_from(h).init(p), (self.leaves, self.exact), params)
+            return _jaxprs.call(lambda h, p: self.built_from(h).init(p), self, params)
         except Exception as e:
             _build.raise_traced_failure(e, self.spec, self.leaves, "init", lambda tx: tx.init(params))
             raise
@@ -118,7 +126,7 @@ class Core:
         try:
             return _jaxprs.call(
                 lambda h, *a, **k: self.built_from(h).update(*a, **k),
-                (self.leaves, self.exact),
+                self,
                 updates,
                 state,
                 params,

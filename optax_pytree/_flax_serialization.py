@@ -149,6 +149,6 @@ def _restore(tree: Tree, target: Any, state_dict: Any) -> Any:
     if spec.guarded and all(np.ndim(leaves[spec.leaf_index[n]]) == 0 for n in spec.guarded):
         # Re-checked: another branch is another configuration.
         return tree.with_exact(restored.replace(), exact)
-    if spec.carried and exact is None:
+    if spec.carried_dtypes and exact is None:
         return restored.replace()  # saved without carried values: computed again
     return restored

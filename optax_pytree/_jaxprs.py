@@ -48,9 +48,10 @@ Two interpreters of one closed jaxpr, and what they share (:func:`bind`,
 from __future__ import annotations
 
 # pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
+import functools
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeGuard
 
 import jax
@@ -58,8 +59,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from . import _backends
+from . import _backends, _leaves
+from ._bind import is_wrapped
 from ._leaves import is_key, is_tracer
+from ._vocabulary import Role
 
 if TYPE_CHECKING:  # JAX's own types of a program (``jax.extend.core``), for the reader and pyright
     from jax.extend.core import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, Var
@@ -121,8 +124,11 @@ def _xla_simplifies() -> bool:
 _REWRITE = _xla_simplifies()
 
 
-def call(fn: Callable[..., Any], hyper: Any, *args: Any, **kwargs: Any) -> Any:
-    """``fn(hyper, *args, **kwargs)``, dividing by values of ``hyper`` alone as by constants."""
+def call(fn: Callable[..., Any], owner: Any, *args: Any, **kwargs: Any) -> Any:
+    """``fn(hyper, *args, **kwargs)``, ``hyper`` the owner's ``(leaves, exact)``, dividing by values
+    of ``hyper`` alone as by constants; ``owner``: the wrapped object's core (``_core.Core``),
+    whose carried folds (and its children's) stand for what the backend's compiler folds."""
+    hyper = (owner.leaves, owner.exact)
     hyper_flat, hyper_tree = jax.tree_util.tree_flatten(hyper)
     if not _REWRITE or not any(is_tracer(x) for x in hyper_flat):
         return fn(hyper, *args, **kwargs)
@@ -149,8 +155,10 @@ def call(fn: Callable[..., Any], hyper: Any, *args: Any, **kwargs: Any) -> Any:
     derived = [True] * n + [False] * len(where)
     # A concrete leaf (the object closed over) is a constant of the program, as in plain optax.
     live = [is_tracer(x) for x in hyper_flat] + [False] * len(where)
+    keys: list[Any] = [(INPUT, i) for i in range(n)] + [None] * len(where)
+    folds = Folds(owner, hyper_flat)
     try:
-        outs = _rewritten(closed.jaxpr, closed.consts, inputs, derived, live)[0]
+        outs = _rewritten(closed.jaxpr, closed.consts, inputs, derived, live, None, keys, folds)[0]
     except Exception as error:  # noqa: BLE001 - the mechanism's own failure: never the factory's
         # The program was traced from ``fn`` already: what failed is the rewrite, not the
         # factory. Plain tracing still computes it (as a value read at run time would be).
@@ -176,17 +184,22 @@ def _rewritten(
     derived_in: list[bool],
     live_in: list[bool],
     splat_in: list[bool] | None = None,
-) -> tuple[list[Any], list[bool], list[bool], list[bool]]:
+    keys_in: list[Any] | None = None,
+    folds: Folds | None = None,
+) -> tuple[list[Any], list[bool], list[bool], list[bool], list[Any]]:
     """The outputs of ``jaxpr``; which are values of the hyperparameters (and constants) alone;
     which of those depend on a traced hyperparameter (*live*: an argument of the program,
-    where plain optax has a constant; the others are constants of both programs); and which
+    where plain optax has a constant; the others are constants of both programs); which
     of those are *splats*, one scalar in every element (a scalar, or a broadcast of one: what
     XLA sees as ``broadcast(constant)``, where it sees other values of constants alone as a
-    folded array constant)."""
+    folded array constant); and the *key* of each value of the hyperparameters alone, what it
+    is computed from (:func:`key_of`), or None."""
     env: dict[Any, Any] = {}
     derived: set[Any] = set()
     live: set[Any] = set()
     splat: set[Any] = set()
+    keys: dict[Any, Any] = {}
+    defined: dict[Any, JaxprEqn] = {}
 
     def read(v: Any) -> Any:
         return v.val if is_literal(v) else env[v]
@@ -197,8 +210,22 @@ def _rewritten(
     def is_splat(v: Any) -> bool:
         return is_literal(v) or v in splat
 
+    def key(v: Any) -> Any:
+        return literal_key(v.val, getattr(v.aval, "dtype", None)) if is_literal(v) else keys.get(v)
+
     def shape(v: Any) -> Any:
         return getattr(aval(v), "shape", None)  # None: a type of its own (a hijax variable)
+
+    def scalar_of(v: Any) -> Any:
+        """The scalar a splat is a broadcast of (``v`` itself where it is one)."""
+        while not is_literal(v) and shape(v) != () and v in defined:
+            eqn = defined[v]
+            if eqn.primitive.name not in _SHAPE_ONLY or shape(eqn.invars[0]) not in ((), None):
+                break
+            v = eqn.invars[0]
+            if shape(v) == ():
+                break
+        return v
 
     def reassociates(c1: Constant, c2: Constant, out: Any) -> bool:
         # XLA's algebraic simplifier: Mul(Mul(A, C1), C2) => Mul(A, C1 * C2) where C1 and C2
@@ -208,7 +235,7 @@ def _rewritten(
             return True
         return not c1.splat and not c2.splat and c1.shape == c2.shape == shape(out) is not None
 
-    def record(v: Any, x: Any, of_constants: bool, of_traced: bool, one_scalar: bool) -> None:
+    def record(v: Any, x: Any, of_constants: bool, of_traced: bool, one_scalar: bool, k: Any = None) -> None:
         env[v] = x
         if of_constants:  # live and splat say more of a value of constants alone
             derived.add(v)
@@ -216,14 +243,45 @@ def _rewritten(
                 live.add(v)
             if one_scalar or shape(v) == ():
                 splat.add(v)
+            if k is not None:
+                keys[v] = k
+
+    def folded(kind: str, vs: list[Any], site: Any) -> Any:
+        """What the backend's compiler folds from ``vs`` (scalars of the hyperparameters alone),
+        broadcast to ``site``'s shape: the carried value where an object carries it."""
+        scalars = [scalar_of(v) for v in vs]
+        values = [read(v) for v in scalars]
+        fold_keys = [key(v) for v in scalars]
+        out = None
+        if not any(is_tracer(x) for x in values):  # constants: folded here, as XLA folds them
+            out = host_fold(kind, values)
+        elif all(k is not None and not reads_inputs(k) for k in fold_keys):  # of literals alone
+            out = host_fold(kind, [evaluate_key(k, {}) for k in fold_keys])
+        if out is None and folds is not None and all(k is not None for k in fold_keys):
+            f32 = all(aval(v).dtype == np.float32 and shape(v) == () for v in scalars)
+            found = folds.use((kind, *fold_keys), f32)
+            if found is not None:
+                out = _backends.lowered(
+                    lambda t: functools.partial(t.fold, kind), found[1], found[0], *values
+                )
+        if out is None:
+            out = _backends.lowered(_exact_fold(kind), *values)
+        target = shape(site)
+        return out if target in ((), None) or jnp.shape(out) == target else jnp.broadcast_to(out, target)
 
     for v, x in zip(jaxpr.constvars, consts):
-        record(v, x, not is_tracer(x), False, False)  # a concrete one: a constant of both programs
-    for v, x, d, a, b in zip(jaxpr.invars, args, derived_in, live_in, splat_in or [False] * len(args)):
-        record(v, x, d, a, b)
+        # A concrete one: a constant of both programs.
+        record(v, x, not is_tracer(x), False, False, literal_key(x, getattr(x, "dtype", None)))
+    n_in = len(args)
+    for v, x, d, a, b, k in zip(
+        jaxpr.invars, args, derived_in, live_in, splat_in or [False] * n_in, keys_in or [None] * n_in
+    ):
+        record(v, x, d, a, b, k)
     # A product of a value and a constant, as (value, constant).
     products: dict[Any, tuple[Any, Constant]] = {}
     for eqn in jaxpr.eqns:
+        for v in eqn.outvars:
+            defined[v] = eqn
         inputs = [read(v) for v in eqn.invars]
         flags = [is_derived(v) for v in eqn.invars]
         lives = [not is_literal(v) and v in live for v in eqn.invars]
@@ -232,9 +290,10 @@ def _rewritten(
         is_float = _is_float(aval(eqn.outvars[0]).dtype) if eqn.outvars else False
         out_live = [all(flags) and any(lives)] * len(eqn.outvars)
         out_splat = [all(flags) and (name in _SPLAT_KEEPING and all(splats))] * len(eqn.outvars)
+        out_keys: list[Any] = [None] * len(eqn.outvars)
         if is_float and name in ("div", "mul") and flags[1] != flags[0] and (name == "mul" or flags[1]):
             if name == "div":  # A / C => A * (1 / C), the reciprocal as the backend folds it
-                reciprocal = _backends.lowered(lambda t: t.reciprocal, inputs[1])
+                reciprocal = folded("reciprocal", [eqn.invars[1]], eqn.invars[1])
                 value, constant = inputs[0], Constant(reciprocal, splats[1], shape(eqn.invars[1]))
                 inner = products.get(eqn.invars[0]) if not is_literal(eqn.invars[0]) else None
             else:
@@ -243,34 +302,334 @@ def _rewritten(
                 inner = products.get(eqn.invars[i]) if not is_literal(eqn.invars[i]) else None
             if inner is not None and reassociates(inner[1], constant, eqn.outvars[0]):
                 # (A * C1) * C2 => A * (C1 * C2)
-                folded = lax.mul(inner[1].value, constant.value)
+                product = lax.mul(inner[1].value, constant.value)
                 splat_product = inner[1].splat and constant.splat
-                value, constant = inner[0], Constant(folded, splat_product, shape(eqn.outvars[0]))
+                value, constant = inner[0], Constant(product, splat_product, shape(eqn.outvars[0]))
             outputs = [lax.mul(value, constant.value)]
             products[eqn.outvars[0]] = (value, constant)
             out_flags = [False]
         elif is_float and name == "pow" and lives[0] and not flags[1]:
-            # A constant base: the backend's compiler may fold part of the power.
-            outputs = [_backends.lowered(_power_of_constant_base, *inputs)]
+            # A constant base: the backend's compiler may fold part of the power (its logarithm).
+            log2_base = folded("log2", [eqn.invars[0]], eqn.invars[0])
+            outputs = [_backends.lowered(_power_of_constant_base, inputs[0], inputs[1], log2_base)]
             out_flags = [False]
         elif name in INLINED and "jaxpr" in eqn.params:
             inner = eqn.params["jaxpr"]
-            outputs, out_flags, out_live, out_splat = _rewritten(
-                inner.jaxpr, list(inner.consts), inputs, flags, lives, splats
+            outputs, out_flags, out_live, out_splat, out_keys = _rewritten(
+                inner.jaxpr,
+                list(inner.consts),
+                inputs,
+                flags,
+                lives,
+                splats,
+                [key(v) for v in eqn.invars],
+                folds,
             )
         elif is_float and name in _FOLDED and all(flags) and any(lives):
             # Constants alone: folded by XLA on the host, correctly rounded.
-            outputs = [_backends.lowered(_folded(eqn), *inputs)]
+            outputs = [folded(name, list(eqn.invars), eqn.outvars[0])]
             out_flags = [not eqn.effects]
+            out_keys = [key_of(eqn, [key(v) for v in eqn.invars])]
         else:
             out = bind(eqn, inputs)
             outputs = list(out) if eqn.primitive.multiple_results else [out]
             out_flags = [all(flags) and not eqn.effects] * len(outputs)
-        for v, x, d, a, b in zip(eqn.outvars, outputs, out_flags, out_live, out_splat):
-            record(v, x, d, a, b)
+            if out_flags[0] and len(outputs) == 1:
+                out_keys = [key_of(eqn, [key(v) for v in eqn.invars])]
+        for v, x, d, a, b, k in zip(eqn.outvars, outputs, out_flags, out_live, out_splat, out_keys):
+            record(v, x, d, a, b, k)
     outs = jaxpr.outvars
     out_live = [not is_literal(v) and v in live for v in outs]
-    return [read(v) for v in outs], [is_derived(v) for v in outs], out_live, [is_splat(v) for v in outs]
+    return (
+        [read(v) for v in outs],
+        [is_derived(v) for v in outs],
+        out_live,
+        [is_splat(v) for v in outs],
+        [key(v) for v in outs],
+    )
+
+
+# --------------------------------------------------------------------------
+# What a value of the hyperparameters alone is computed from: its key.
+#
+# The TPU's compiler folds a program's constants on the host (a reciprocal, a quotient, a
+# logarithm: correctly rounded); a wrapped object's hyperparameters are arguments, so the
+# wrapped build once computed each of those values exactly on the device, in every call
+# (hundreds of scalar operations, compiled every time). Now an object carries them,
+# computed on its host values when it is made (``_folds``), like the host values of
+# optax's Python arithmetic: a *fold* is a (kind, key, ...) of what the compiler folds, and
+# a key says what a value is computed from, the same in every program that computes it:
+# an input of the program, ``(INPUT, position)``; a literal, ``(LITERAL, dtype, bits)``; or
+# ``(primitive, parameters, dtype, *operand keys)`` for a primitive that the host computes
+# exactly as the device does (IEEE arithmetic, comparisons, bit operations, conversions,
+# data movement). Plain tuples of strings, numbers, bytes and dtypes: a spec's folds are
+# part of its analysis, kept on disk.
+
+INPUT = "input"
+LITERAL = "literal"
+
+# Primitives whose host value (NumPy, ``_RULES``) is the device's, bit for bit.
+_KEYED = frozenset(
+    "add sub mul div neg abs max min sqrt sign floor ceil select_n eq ne lt le gt ge and or xor "
+    "not shift_left shift_right_arithmetic bitcast_convert_type convert_element_type "
+    "broadcast_in_dim reshape squeeze expand_dims slice stop_gradient copy copy_p clamp".split()
+)
+# (Each has a rule in ``_RULES`` and in ``_LAX_RULES``: checked at the end of the module.)
+# Primitives that only reshape: a splat's scalar is found through them.
+_SHAPE_ONLY = frozenset(("broadcast_in_dim", "reshape", "squeeze", "expand_dims", "copy", "copy_p"))
+_PARAMETER_TYPES = (type(None), bool, int, float, str, np.dtype)
+# Parameters that do not change a value (a weak type, a placement): not part of its key.
+_VALUELESS = frozenset(("weak_type", "sharding"))
+
+
+def literal_key(value: Any, dtype: Any) -> Any:
+    """The key of a scalar constant (its bits), or None (an array, or not a number)."""
+    if dtype is None or is_tracer(value):
+        return None
+    try:
+        x = np.asarray(value, dtype=np.dtype(dtype))
+    except (TypeError, ValueError):
+        return None
+    if x.ndim != 0 or x.dtype.kind not in "biuf":
+        return None
+    return (LITERAL, x.dtype.name, x.tobytes())
+
+
+def _frozen(value: Any) -> Any:
+    if isinstance(value, (tuple, list)):
+        items = [_frozen(v) for v in value]
+        return None if any(i is _UNKEYED for i in items) else tuple(items)
+    if isinstance(value, _PARAMETER_TYPES):
+        return value
+    if isinstance(value, type) and issubclass(value, np.generic):
+        return np.dtype(value)
+    return _UNKEYED
+
+
+_UNKEYED = object()
+
+
+def key_of(eqn: JaxprEqn, operands: list[Any]) -> Any:
+    """The key of an equation's single output, given its operands' keys (None: no key)."""
+    name = eqn.primitive.name
+    if name not in _KEYED or len(eqn.outvars) != 1 or any(k is None for k in operands):
+        return None
+    params = []
+    for k, v in sorted(eqn.params.items()):
+        if k in _VALUELESS:
+            continue
+        frozen = _frozen(v)
+        if frozen is _UNKEYED:
+            return None
+        params.append((k, frozen))
+    out = aval(eqn.outvars[0])
+    if getattr(out, "shape", None) != ():
+        if name not in _SHAPE_ONLY:
+            return None
+    return (name, tuple(params), np.dtype(out.dtype).name, *operands)
+
+
+def reads_inputs(key: Any) -> bool:
+    """Whether a key reads an input of the program (else it is of literals alone)."""
+    if key[0] == INPUT:
+        return True
+    return key[0] != LITERAL and any(reads_inputs(k) for k in key[3:])
+
+
+def evaluate_key(key: Any, env: Mapping[Any, Any], traced: bool = False) -> Any:
+    """A key's value: on the host (NumPy, as the device computes it), or ``traced`` (JAX's
+    operations, where ``env``'s values are traced); ``env`` gives its inputs' values."""
+    if key[0] == LITERAL:
+        return np.frombuffer(key[2], np.dtype(key[1]))[0]
+    if key in env:
+        return env[key]
+    name, params, dtype, *operands = key
+    xs = [evaluate_key(k, env, traced) for k in operands]
+    if traced:
+        return jnp.asarray(_LAX_RULES[name](*xs, **dict(params))).astype(np.dtype(dtype))
+    with np.errstate(all="ignore"):
+        out = _RULES[name](*xs, **dict(params))
+    return np.asarray(out).astype(np.dtype(dtype), copy=False)
+
+
+def host_fold(kind: str, values: list[Any]) -> Any:
+    """A fold of constants, computed on the host as the compiler folds it (None: the device's)."""
+    xs = [np.asarray(x) for x in values]
+    if not xs or any(x.dtype not in _HOST_DTYPES or x.dtype != xs[0].dtype for x in xs):
+        return None
+    with np.errstate(all="ignore"):
+        out = _HOST_FOLDS[kind](*xs)
+    return None if out is None else np.asarray(out, xs[0].dtype)
+
+
+_HOST_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))  # rounded by the host as by the device
+
+
+def _host_log2(c: Any) -> Any:
+    if c.dtype != np.float32:
+        return None
+    valid = (c > 0) & np.isfinite(c) & (c >= np.finfo(np.float32).tiny)
+    return np.where(valid, np.log2(np.where(valid, c, 1.0).astype(np.float64)), 0.0).astype(np.float32)
+
+
+_HOST_FOLDS: dict[str, Callable[..., Any]] = {
+    "reciprocal": lambda c: np.asarray(1, c.dtype) / c,
+    "div": lambda a, b: a / b,
+    "sqrt": np.sqrt,
+    "rsqrt": lambda a: np.asarray(1, a.dtype) / np.sqrt(a),
+    "log2": _host_log2,
+}
+FOLD_KINDS = frozenset(_HOST_FOLDS)
+
+
+def _exact_fold(kind: str) -> Callable[[_backends.Treatment], Callable[..., Any]]:
+    """The backend's fold computed on the device (no carried value)."""
+
+    def for_backend(treatment: _backends.Treatment) -> Callable[..., Any]:
+        return functools.partial(treatment.fold, kind, None, None)
+
+    return for_backend
+
+
+class Folds:
+    """The carried folds a call can use: its owner's and its children's, each at its inputs.
+
+    An owner (a wrapped object's core) carries, in its ``exact`` child, the
+    folds its spec lists (``Spec.folds``, in keys of its own: ``("leaf", name,
+    j)`` for its dynamic leaves, ``("exact", g)`` for its exact vectors),
+    and a fingerprint of what they were computed from. A call's program has
+    the owner's leaves and its children's as inputs, in flattening order:
+    their positions say whose a key is. ``use`` answers a fold with the
+    carried value and whether it is fresh (traced), or None (not carried:
+    the device computes it); in a learning run (:func:`learning`) it records
+    the owner's own folds.
+    """
+
+    def __init__(self, owner: Any, flat: list[Any]):
+        self.owner = owner
+        self.flat = flat
+        self._owners: list[_Owner] | None = None
+        self._where: dict[int, tuple[int, Any]] = {}
+
+    def owners(self) -> list[_Owner]:
+        if self._owners is None:
+            found: list[_Owner] = []
+            try:
+                end = _walk(self.owner, 0, found)
+            except Exception:  # noqa: BLE001 - a layout this walk does not know: no carried folds
+                end = -1
+            if end != len(self.flat):
+                found = []
+            self._owners = found
+            for i, o in enumerate(found):
+                for position, ref in o.refs.items():
+                    self._where[position] = (i, ref)
+        return self._owners
+
+    def localize(self, key: Any) -> tuple[int, Any] | None:
+        """``key`` in the terms of the one owner whose inputs it reads, or None."""
+        owners = self.owners()
+        if not owners:
+            return None
+        found: set[int] = set()
+
+        def walk(k: Any) -> Any:
+            if k[0] == INPUT:
+                where = self._where.get(k[1])
+                if where is None:
+                    raise LookupError
+                found.add(where[0])
+                return where[1]
+            if k[0] == LITERAL:
+                return k
+            return (*k[:3], *(walk(c) for c in k[3:]))
+
+        try:
+            local = (key[0], *(walk(c) for c in key[1:]))  # (kind, operand keys...)
+        except LookupError:
+            return None
+        if len(found) != 1:
+            return None
+        return found.pop(), local
+
+    def use(self, fold: Any, float32: bool) -> tuple[Any, Any] | None:
+        """(carried value, fresh) of a fold, or None; records it in a learning run."""
+        where = self.localize(fold)
+        if where is None:
+            return None
+        index, local = where
+        learned = _LEARNED[0]
+        if learned is not None and index == 0 and float32 and local not in learned:
+            learned.append(local)
+        return self.owners()[index].carried(local, self.flat)
+
+
+class _Owner:
+    """One wrapped object among a call's inputs: where its inputs are, what it carries."""
+
+    def __init__(self, core: Any, start: int):
+        self.core = core
+        self.start = start
+        self.refs: dict[int, Any] = {}  # position in the call's inputs -> ("leaf", name, j) | ("exact", g)
+        self._fresh: Any = None
+
+    def carried(self, local: Any, flat: list[Any]) -> tuple[Any, Any] | None:
+        spec = self.core.spec
+        index = spec.fold_index.get(local)
+        if index is None or getattr(self.core, "folds_traced", False):
+            return None
+        values = self._values(flat)
+        if self._fresh is None:
+            self._fresh = self._check(values, flat)
+        return values[spec.folds_at + index], self._fresh
+
+    def _values(self, flat: list[Any]) -> list[Any]:
+        spec = self.core.spec
+        vectors = [flat[p] for p, ref in sorted(self.refs.items()) if ref[0] == "exact"]
+        return _leaves.exact_values(tuple(vectors), spec.carried_dtypes)
+
+    def _check(self, values: list[Any], flat: list[Any]) -> Any:
+        """Whether the carried folds were computed from these leaves (traced)."""
+        at = {ref: p for p, ref in self.refs.items()}
+        now = _leaves.fingerprint([flat[at[ref]] for ref in self.core.spec.fold_refs])
+        return jnp.all(now == values[-1])
+
+
+def _walk(core: Any, start: int, out: list[_Owner]) -> int:
+    """Appends ``core``'s owner (and its children's, in flattening order); the position after it."""
+    me = _Owner(core, start)
+    out.append(me)
+    spec = core.spec
+    position = start
+    for name, leaf in zip(spec.leaf_names, core.leaves):
+        dynamic = spec.roles[name] == Role.DYNAMIC
+        for j, x in enumerate(jax.tree_util.tree_leaves(leaf, is_leaf=is_wrapped)):
+            if is_wrapped(x):
+                position = _walk(x._core, position, out)
+                continue
+            if dynamic:
+                me.refs[position] = ("leaf", name, j)
+            position += 1
+    for g in range(len(core.exact or ())):
+        me.refs[position] = ("exact", g)
+        position += 1
+    return position
+
+
+# Where a learning run records the folds it meets (``learning``), else None.
+_LEARNED: list[list[Any] | None] = [None]
+
+
+class learning:
+    """Records the folds an object's own call reads (its spec's ``folds``), in order."""
+
+    def __enter__(self) -> list[Any]:
+        self.before = _LEARNED[0]
+        _LEARNED[0] = found = []
+        return found
+
+    def __exit__(self, *exc: Any) -> None:
+        _LEARNED[0] = self.before
 
 
 # Primitives whose output is one scalar in every element where each input is: a broadcast
@@ -315,19 +674,9 @@ class Constant(NamedTuple):
 _FOLDED = frozenset().union(*(t.folded for t in _backends.TABLE.values()))
 
 
-def _power_of_constant_base(treatment: _backends.Treatment) -> Callable[[Any, Any], Any]:
-    return treatment.power_of_constant_base or lax.pow
-
-
-def _folded(eqn: JaxprEqn) -> Callable[[_backends.Treatment], Callable[..., Any]]:
-    def for_backend(treatment: _backends.Treatment) -> Callable[..., Any]:
-        def run(*xs: Any) -> Any:
-            out = treatment.folded_value(eqn.primitive.name, list(xs))
-            return bind(eqn, list(xs)) if out is None else out
-
-        return run
-
-    return for_backend
+def _power_of_constant_base(treatment: _backends.Treatment) -> Callable[[Any, Any, Any], Any]:
+    rule = treatment.power_of_constant_base
+    return (lambda c, t, _: lax.pow(c, t)) if rule is None else rule
 
 
 def _is_float(dtype: Any) -> bool:
@@ -457,6 +806,51 @@ _RULES: dict[str, Callable[..., Any]] = {
 }
 
 
+# The keyed primitives as JAX computes them (a key evaluated on traced values).
+_LAX_RULES: dict[str, Callable[..., Any]] = {
+    "add": _binary(lax.add),
+    "sub": _binary(lax.sub),
+    "mul": _binary(lax.mul),
+    "div": _binary(lax.div),
+    "max": _binary(lax.max),
+    "min": _binary(lax.min),
+    "eq": _binary(lax.eq),
+    "ne": _binary(lax.ne),
+    "lt": _binary(lax.lt),
+    "le": _binary(lax.le),
+    "gt": _binary(lax.gt),
+    "ge": _binary(lax.ge),
+    "and": _binary(lax.bitwise_and),
+    "or": _binary(lax.bitwise_or),
+    "xor": _binary(lax.bitwise_xor),
+    "not": _unary(lax.bitwise_not),
+    "shift_left": _binary(lax.shift_left),
+    "shift_right_arithmetic": _binary(lax.shift_right_arithmetic),
+    "neg": _unary(lax.neg),
+    "abs": _unary(lax.abs),
+    "sqrt": _unary(lax.sqrt),
+    "sign": _unary(lax.sign),
+    "floor": _unary(lax.floor),
+    "ceil": _unary(lax.ceil),
+    "stop_gradient": _unary(lax.stop_gradient),
+    "copy": _unary(lambda x: x),
+    "copy_p": _unary(lambda x: x),
+    "select_n": lambda which, *cases, **_: lax.select_n(which, *cases),
+    "clamp": lambda lo, x, hi, **_: lax.clamp(lo, x, hi),
+    "bitcast_convert_type": lambda x, new_dtype, **_: lax.bitcast_convert_type(x, new_dtype),
+    "convert_element_type": lambda x, new_dtype, **_: lax.convert_element_type(x, new_dtype),
+    "broadcast_in_dim": lambda x, shape, broadcast_dimensions, **_: lax.broadcast_in_dim(
+        x, shape, broadcast_dimensions
+    ),
+    "reshape": lambda x, new_sizes, **_: lax.reshape(x, new_sizes),
+    "squeeze": lambda x, dimensions, **_: lax.squeeze(x, dimensions),
+    "expand_dims": lambda x, dimensions, **_: lax.expand_dims(x, dimensions),
+    "slice": lambda x, start_indices, limit_indices, strides=None, **_: lax.slice(
+        x, start_indices, limit_indices, strides
+    ),
+}
+
+
 def evaluate(closed: ClosedJaxpr, *args: Any) -> list[Any]:
     """The outputs of a closed jaxpr for ``args``, computed with NumPy (see above)."""
     with np.errstate(all="ignore"):
@@ -542,3 +936,6 @@ def _while(params: Any, inputs: list[Any]) -> list[Any]:
     while bool(_evaluate(cond.jaxpr, list(cond.consts), [*cond_consts, *carry])[0]):
         carry = _evaluate(body.jaxpr, list(body.consts), [*body_consts, *carry])
     return carry
+
+
+assert _KEYED <= set(_RULES) and _KEYED <= set(_LAX_RULES), _KEYED - set(_RULES) - set(_LAX_RULES)

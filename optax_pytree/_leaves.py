@@ -122,38 +122,59 @@ def weak(x: Any) -> Any:
 
 
 @functools.lru_cache(maxsize=256)
-def _exact_maker(n: int, dtypes: tuple[str, ...], of: tuple[int, ...]):
+def _exact_maker(n: int, n_hosts: int, dtypes: tuple[str, ...], of: tuple[int, ...]):
     """One jitted call making a wrap's leaves and its ``exact`` child from Python numbers.
 
-    ``n`` arguments, then the host values of the carried expressions; the
-    fingerprint of arguments ``of`` (see :func:`fingerprint`) comes last.
-    Compiled once per layout, like the converter of :func:`to_leaves`.
+    ``n`` arguments, then the ``n_hosts`` host values of the carried
+    expressions, then the folds (their host values and fingerprint); the
+    fingerprint of arguments ``of`` (see :func:`fingerprint`) goes after the
+    host values. Compiled once per layout, like the converter of
+    :func:`to_leaves`.
     """
 
     def make(*xs: Any) -> Any:
         args = xs[:n]
-        return (*args, *exact_child(xs[n:], [args[i] for i in of], dtypes))
+        hosts, folds = xs[n : n + n_hosts], xs[n + n_hosts :]
+        return (*args, *exact_child(hosts, [args[i] for i in of], dtypes, folds))
 
     return jax.jit(make)
 
 
-def exact_child(hosts: Any, of: list[Any], dtypes: tuple[str, ...]) -> tuple[Any, ...]:
+def exact_child(hosts: Any, of: list[Any], dtypes: tuple[str, ...], folds: Any = ()) -> tuple[Any, ...]:
     """A wrapped object's ``exact`` child: the host values, then the fingerprint of the
-    leaves ``of`` they were computed from, in ``dtypes``: one weakly typed vector per
+    leaves ``of`` they were computed from (where there are host values), then the ``folds``
+    (their values and fingerprint, ``_folds``), in ``dtypes``: one weakly typed vector per
     dtype (usually one; a batch of values gives a batch of vectors), traced or not.
 
     Vectors, not a scalar leaf each: every leaf is an argument of every
     jitted call that takes the object (dispatch cost per leaf).
     """
-    traced = any(is_tracer(x) for x in (*hosts, *of))
+    traced = any(is_tracer(x) for x in (*hosts, *of, *folds))
     xp: Any = jnp if traced else np  # concrete: NumPy, then one conversion per vector
+    return tuple(
+        weak(jnp.asarray(v)) for v in exact_vectors(carried_values(hosts, of, dtypes, xp), dtypes, folds, xp)
+    )
+
+
+def carried_values(hosts: Any, of: list[Any], dtypes: tuple[str, ...], xp: Any = np) -> list[Any]:
+    """The carried host values in their dtypes, then the fingerprint of the leaves ``of``
+    (none where there are no host values): the ``exact`` child before its folds."""
     values = [xp.asarray(x, d) for x, d in zip(hosts, dtypes)]
-    values.append(xp.asarray(fingerprint(of, dtypes[-1])))
-    groups, slots = exact_layout(dtypes)
+    if len(hosts):
+        values.append(xp.asarray(fingerprint(of, FINGERPRINT_DTYPE)))
+    return values
+
+
+def exact_vectors(
+    values: list[Any], dtypes: tuple[str, ...], folds: Any = (), xp: Any = np
+) -> tuple[Any, ...]:
+    """``values`` (then ``folds``) stacked into the ``exact`` child's vectors, one per dtype."""
+    values = [*values, *(xp.asarray(x, d) for x, d in zip(folds, dtypes[len(values) :]))]
+    groups, slots = exact_layout(dtypes[: len(values)])
     columns: list[list[Any]] = [[] for _ in groups]
     for x, (g, _) in zip(values, slots):
         columns[g].append(x)
-    return tuple(weak(jnp.asarray(xp.stack(xp.broadcast_arrays(*column), axis=-1))) for column in columns)
+    return tuple(xp.stack(xp.broadcast_arrays(*column), axis=-1) for column in columns)
 
 
 def exact_values(exact: tuple[jax.Array, ...], dtypes: tuple[str, ...]) -> list[Any]:
@@ -177,10 +198,10 @@ def exact_layout(dtypes: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[tuple[
 
 
 def make_exact(
-    args: list[Any], hosts: list[Any], dtypes: tuple[str, ...], of: tuple[int, ...]
+    args: list[Any], hosts: list[Any], dtypes: tuple[str, ...], of: tuple[int, ...], folds: Any = ()
 ) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     """The leaves of Python-number arguments and the ``exact`` child, in one dispatch."""
-    out = _exact_maker(len(args), dtypes, of)(*args, *hosts)
+    out = _exact_maker(len(args), len(hosts), dtypes, of)(*args, *hosts, *folds)
     n = len(args)
     return out[:n], tuple(out[n:])
 
@@ -213,21 +234,24 @@ class Pending:
     ``jit`` keeps concrete leaves, not the trace's.
     """
 
-    __slots__ = ("children", "hosts", "numbers", "spec")
+    __slots__ = ("children", "folds", "hosts", "numbers", "spec")
 
-    def __init__(self, spec: Any, numbers: list[Any], hosts: list[Any], children: dict[str, Any]):
+    def __init__(
+        self, spec: Any, numbers: list[Any], hosts: list[Any], children: dict[str, Any], folds: Any = ()
+    ):
         self.spec = spec
         self.numbers = numbers  # the dynamic arguments' Python numbers, in ``spec.dynamic_names`` order
         self.hosts = hosts  # the carried expressions' host values, in ``spec.carried`` order
         self.children = children  # the other leaves (wrapped children), by name
+        self.folds = folds  # the folds' host values and their fingerprint (``_folds``), or ()
 
     def make(self) -> tuple[tuple[Any, ...], Any]:
         """(leaves, exact child), concrete."""
         spec = self.spec
         with jax.ensure_compile_time_eval():
-            if spec.carried:
+            if spec.carried_dtypes:
                 converted, exact = make_exact(
-                    self.numbers, self.hosts, spec.carried_dtypes, spec.fingerprint_of
+                    self.numbers, self.hosts, spec.carried_dtypes, spec.fingerprint_of, self.folds
                 )
             else:
                 converted, exact = convert_numbers(self.numbers), None

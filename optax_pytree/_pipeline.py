@@ -159,7 +159,8 @@ def _analyse(
 
     known = _spec.verified_static(classified.analysis_key)
     if _traced(classified):
-        return analyse(known)  # no Python values to compare with: checked where it is used
+        # No Python values to compare with: checked where it is used.
+        return _verify.with_folds(info, classified, base, analyse(known))
     verdict = _verify.verify(info, classified, base, analyse, known)
     if verdict.static_for_every_value != known:  # later analyses start with them static
         _spec.remember_verified_static(classified.analysis_key, verdict.static_for_every_value)

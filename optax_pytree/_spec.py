@@ -70,6 +70,11 @@ class Analysis:
     carried: tuple[tuple[_expr.Expr, str], ...] = ()
     """Expressions of the arguments that reach JAX (``1 - b2``) and the dtype of each value:
     evaluated on the host when an object is made, and carried as its leaves."""
+    folds: tuple[Any, ...] = ()
+    """What the backend's compiler folds from the object's own hyperparameters alone in its
+    calls (found by the verification: ``_jaxprs.learning``), each ``(kind, key, ...)`` in the
+    object's own terms (``_jaxprs.Folds``): computed on the host when an object is made
+    (``_folds``) and carried as its leaves, so the device does not compute them in every call."""
     exponents: tuple[str, ...] = ()
     """Leaves that are a power's exponent (found by the verification): plain optax's program
     specializes a power by some constants (the backend's, ``_backends.specializes_exponent``:
@@ -170,7 +175,12 @@ class Spec(ValueObject):
         "config_key",
         "detected",
         "dynamic_names",
+        "fingerprint_at",
         "fingerprint_of",
+        "fold_index",
+        "fold_refs",
+        "folds",
+        "folds_at",
         "guarded",
         "guards",
         "info",
@@ -223,9 +233,18 @@ class Spec(ValueObject):
         self.carried_names = tuple(n for n in self.tracked if n in names)
         self.carried_index = {e: i for i, e in enumerate(self.carried)}
         fingerprint = _leaves.FINGERPRINT_DTYPE
-        self.carried_dtypes: tuple[str, ...] = (
-            (*(d for _, d in analysis.carried), fingerprint) if self.carried else ()
-        )
+        carried_part = (*(d for _, d in analysis.carried), fingerprint) if self.carried else ()
+        self.fingerprint_at = len(self.carried) if self.carried else None
+        # Then the folds (``Analysis.folds``): their host values (float32) and the fingerprint
+        # of the leaves they were computed from (``fold_refs``; a carried value they read is
+        # itself computed from the leaves).
+        self.folds = analysis.folds
+        self.fold_index = {f: i for i, f in enumerate(self.folds)}
+        self.folds_at = len(carried_part)
+        refs = {ref for fold in self.folds for ref in _references(fold[1:]) if ref[0] == "leaf"}
+        self.fold_refs = tuple(sorted(refs))
+        fold_part = (*(("float32",) * len(self.folds)), fingerprint) if self.folds else ()
+        self.carried_dtypes: tuple[str, ...] = (*carried_part, *fold_part)
         self.keep = frozenset(n for n, m in analysis.modes.items() if m is Mode.GUARDED)
         self.leaf_names = tuple(n for n, r in roles.items() if r != Role.STATIC)
         self.leaf_index = {n: i for i, n in enumerate(self.leaf_names)}
@@ -251,6 +270,7 @@ class Spec(ValueObject):
             self.guards,
             tuple(sorted(analysis.modes.items())),
             self.carried,
+            self.folds,
             options.key,
         )
         self.cache_hash()
@@ -265,6 +285,17 @@ class Spec(ValueObject):
 
     def guard_text(self) -> tuple[str, ...]:
         return _expr.describe(self.guards)
+
+
+def _references(keys: Any) -> list[Any]:
+    """The object's own inputs a fold's keys read: ``("leaf", name, j)`` and ``("exact", g)``."""
+    out: list[Any] = []
+    for key in keys:
+        if key[0] in ("leaf", "exact"):
+            out.append(key)
+        elif key[0] != "literal":
+            out += _references(key[3:])
+    return out
 
 
 _ANALYSES = cache("configuration key -> [Analysis, ...], one per branch seen", 4096)

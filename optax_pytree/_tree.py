@@ -294,8 +294,8 @@ class PyTreeTransformation(_Wrapped, optax.GradientTransformationExtraArgs):  # 
         True
         >>> [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(tx)[0]]
         ['.learning_rate', '.b1', '.b2', '.eps', '.eps_root', '.exact[0]']
-        >>> tx.exact[0].shape  # 1 - b1 and 1 - b2 as Python computes them, and their fingerprint
-        (3,)
+        >>> tx.exact[0].shape  # 1 - b1, 1 - b2 as Python computes them, log2(b1), log2(b2), 2 fingerprints
+        (6,)
         >>> params = {"w": jnp.ones(2)}
         >>> updates, state = tx.update({"w": jnp.ones(2)}, tx.init(params), params)
         >>> plain = optax.adam(0.1)
@@ -350,7 +350,7 @@ class PyTreeSchedule(_Wrapped):
             # double precision, rounded once), whatever the backend's division does.
             out = plain(count)
             return out if isinstance(out, jax.Array) else jnp.asarray(out)
-        return _jaxprs.call(lambda h, c: core.built_from(h)(c), (core.leaves, core.exact), count)
+        return _jaxprs.call(lambda h, c: core.built_from(h)(c), core, count)
 
     # A plain object, not a tuple: ``jax.jit(schedule)`` keeps a weak
     # reference to the function it compiles, and tuples cannot be weakly
@@ -505,7 +505,7 @@ def _flatten_with_keys(obj: Any) -> tuple[tuple[tuple[Any, Any], ...], Spec]:
 
 def _unflatten(spec: Spec, leaves: Iterable[Any]) -> Any:
     flat = tuple(leaves)  # JAX gives a tuple: the same object, kept as the object's flat form
-    if spec.carried:
+    if spec.carried_dtypes:
         return new(spec, flat[:-1], flat[-1], flat=flat)
     return new(spec, flat)
 

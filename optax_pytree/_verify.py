@@ -62,10 +62,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
-from . import _backends, _bind, _build, _carry, _leaves, _spec
+from . import _backends, _bind, _build, _carry, _jaxprs, _leaves, _spec
 from ._build import as_transformation
 from ._classify import Classified
+from ._core import Core
 from ._jaxprs import evaluate, is_literal, sub_jaxprs
 from ._spec import Analysis
 from ._vocabulary import Differs, Kind, Level, Role
@@ -459,7 +461,55 @@ def compare(
     found = where_differs(reference, got, exact=True)
     if found is not None:
         return Difference(Differs.NUMBERS, found)
-    return dataclasses.replace(analysis, exponents=_exponent_names(spec, leaves, exponent_inputs(jaxpr)))
+    return dataclasses.replace(
+        analysis,
+        exponents=_exponent_names(spec, leaves, exponent_inputs(jaxpr)),
+        folds=learned_folds(spec, leaves, exact, run),
+    )
+
+
+def with_folds(
+    info: _bind.FactoryInfo, classified: Classified, base: dict[str, Any], analysis: Analysis
+) -> Analysis:
+    """``analysis`` with its folds learned (:func:`learned_folds`), where the verification did not
+    run (traced values): every analysis of a configuration has them, whichever way it was made,
+    so that its objects share one spec."""
+    if analysis.level is Level.BUILD or analysis.folds:
+        return analysis
+    spec = _spec.new_spec(info, classified, analysis)
+    if not spec.dynamic_names:
+        return analysis
+    leaves, exact = _carry.leaves_and_exact(
+        spec, classified, _carry.host_values(spec, base) if spec.carried else {}
+    )
+    params = concrete_params(smaller(analysis.params))
+    counts = counts_for({n: classified.values[n] for n in classified.candidates})
+
+    def run(built: Built) -> Any:
+        return outputs(built, spec.kind, analysis.level, params, counts)
+
+    folds = learned_folds(spec, leaves, exact, run)
+    return dataclasses.replace(analysis, folds=folds) if folds else analysis
+
+
+def learned_folds(spec: _spec.Spec, leaves: Any, exact: Any, run: Callable[[Any], Any]) -> tuple[Any, ...]:
+    """What the backend's compiler folds from the object's own hyperparameters alone in its
+    calls (``_folds``): its call traced once through the build's rewrites, its leaves traced."""
+    flat, treedef = jax.tree_util.tree_flatten((leaves, exact))
+
+    def fn(*xs: Any) -> Any:
+        lv, ex = jax.tree_util.tree_unflatten(treedef, list(xs))
+        core = Core.of(spec, lv, ex)
+        if spec.kind is Kind.SCHEDULE:
+            return run(lambda count: _jaxprs.call(lambda h, c: core.built_from(h)(c), core, count))
+        return run(optax.GradientTransformationExtraArgs(core.init, core.update))
+
+    try:
+        with _jaxprs.learning() as found:
+            jax.make_jaxpr(fn)(*flat)
+    except Exception:  # noqa: BLE001 - what cannot be learned is computed by the device, as before
+        return ()
+    return tuple(found)
 
 
 def _exponent_names(spec: _spec.Spec, leaves: tuple[Any, ...], positions: frozenset[int]) -> tuple[str, ...]:

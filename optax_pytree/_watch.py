@@ -62,7 +62,7 @@ def _base_structure(obj: Any, base: type) -> Any:
     found = _STRUCTURES.get((base, spec))
     if found is not None:
         return found
-    count = len(spec.keys) + (1 if spec.carried else 0)  # the leaves, then the carried values
+    count = len(spec.keys) + (1 if spec.carried_dtypes else 0)  # the leaves, then the carried values
     twin: Any = tuple.__new__(base, tuple(obj)) if isinstance(obj, tuple) else object.__new__(base)
     twin.__dict__["_core"] = core
     twin.__dict__["_flat"] = ((None,) * count, spec)
@@ -88,7 +88,7 @@ def _flatten(obj: Any) -> tuple[Any, Any]:
 def _flatten_with_keys(obj: Any) -> tuple[tuple[tuple[Any, Any], ...], Any]:
     _check(obj)
     flat, spec = obj._flat
-    keys = (*spec.keys, _EXACT_KEY) if spec.carried else spec.keys
+    keys = (*spec.keys, _EXACT_KEY) if spec.carried_dtypes else spec.keys
     return tuple(zip(keys, flat)), obj.__dict__["_aux"]
 
 

@@ -44,7 +44,9 @@ def test_grid_is_the_cartesian_product_with_labels() -> None:
     n = len(labels)
     assert structure(batch) == structure(base)
     assert all(getattr(batch, a).shape == (n,) for a in batch.dynamic_argnames)  # b2... broadcast
-    assert batch.exact[0].shape == (n, 3)  # each member's 1 - b1, 1 - b2 and their fingerprint
+    # Each member's 1 - b1, 1 - b2 and their fingerprint; its log2(b1), log2(b2) (what a TPU's
+    # compiler folds for the bias correction) and theirs.
+    assert batch.exact[0].shape == (n, 6)
     for i, label in enumerate(labels):
         member = opx.index(batch, i)
         expected = base.replace(**label)
