@@ -34,13 +34,15 @@ PARAMS = {"w": jnp.linspace(-1.0, 1.0, 12).reshape(4, 3), "b": jnp.array([0.1, -
 
 @pytest.fixture
 def tpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The TPU's treatment of constants, compiled by the CPU."""
-    monkeypatch.setitem(_backends.TABLE, "cpu", _backends.TPU)
+    """The TPU's treatment of constants, compiled by the CPU (on a TPU, the TPU's own)."""
+    monkeypatch.setitem(_backends.TABLE, jax.default_backend(), _backends.TPU)
 
 
 def _without_carried_folds(monkeypatch: pytest.MonkeyPatch) -> None:
     """The TPU's treatment computing every fold on the device, exactly (as before the folds)."""
-    monkeypatch.setitem(_backends.TABLE, "cpu", dataclasses.replace(_backends.TPU, carries=False))
+    monkeypatch.setitem(
+        _backends.TABLE, jax.default_backend(), dataclasses.replace(_backends.TPU, carries=False)
+    )
 
 
 def _steps(tx: Any, n: int = 3) -> Any:
