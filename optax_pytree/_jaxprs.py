@@ -49,6 +49,7 @@ from __future__ import annotations
 
 # pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 import functools
+import math
 import os
 import warnings
 from collections.abc import Callable, Mapping
@@ -457,17 +458,31 @@ def host_fold(kind: str, values: list[Any]) -> Any:
     xs = [np.asarray(x) for x in values]
     if not xs or any(x.dtype not in _HOST_DTYPES or x.dtype != xs[0].dtype for x in xs):
         return None
-    with np.errstate(all="ignore"):
+    if _quiet_numpy():
         out = _HOST_FOLDS[kind](*xs)
+    else:
+        with np.errstate(all="ignore"):
+            out = _HOST_FOLDS[kind](*xs)
     return None if out is None else np.asarray(out, xs[0].dtype)
+
+
+def _quiet_numpy() -> bool:
+    """Whether NumPy's floating-point warnings are off here already (``np.errstate``)."""
+    return np.geterr()["divide"] == "ignore" and np.geterr()["invalid"] == "ignore"
 
 
 _HOST_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))  # rounded by the host as by the device
 
 
+_TINY = float(np.finfo(np.float32).tiny)
+
+
 def _host_log2(c: Any) -> Any:
     if c.dtype != np.float32:
         return None
+    if c.ndim == 0:  # a scalar (the common case: at every wrap), in Python's floats
+        v = float(c)
+        return np.float32(np.log2(v) if _TINY <= v < math.inf else 0.0)
     valid = (c > 0) & np.isfinite(c) & (c >= np.finfo(np.float32).tiny)
     return np.where(valid, np.log2(np.where(valid, c, 1.0).astype(np.float64)), 0.0).astype(np.float32)
 

@@ -27,7 +27,7 @@ import pytest
 from helpers import sliced
 
 import optax_pytree as opx
-from optax_pytree import _backends, _folds
+from optax_pytree import _backends, _folds, _leaves
 
 PARAMS = {"w": jnp.linspace(-1.0, 1.0, 12).reshape(4, 3), "b": jnp.array([0.1, -0.2, 0.3])}
 
@@ -208,3 +208,13 @@ def test_folds_of_a_batch_are_computed_member_by_member() -> None:
         np.asarray(out[0]), np.log2(np.array([0.5, 0.9], np.float32).astype(np.float64)).astype(np.float32)
     )
     assert np.shape(out[1]) == (2,)
+
+
+def test_the_fingerprint_of_python_numbers_is_numpys() -> None:
+    # A wrap from Python numbers computes the folds' fingerprint in Python's integers; the
+    # traced check computes it with JAX, as _leaves.fingerprint does with NumPy: one hash.
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        floats = (rng.normal(size=3) * 10.0 ** rng.integers(-40, 38)).astype(np.float32)
+        values = [*floats, np.float32(-0.0), np.int32(rng.integers(-(2**31), 2**31 - 1))]
+        assert _folds.fingerprint_of_scalars(values) == float(_leaves.fingerprint(values))
