@@ -49,6 +49,17 @@ OPTIMIZERS: dict[str, Callable[[Callable[..., Any]], Any]] = {
 }
 
 
+def _rate_alone(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``opx.wrap`` with the learning rate (a schedule's peak) the only dynamic argument."""
+
+    def wrap(factory: Any, *args: Any) -> Any:
+        if factory is optax.warmup_cosine_decay_schedule:
+            return f(factory, *args, dynamic_only=("peak_value",))
+        return f(factory, *args, dynamic_only=("learning_rate",))
+
+    return wrap
+
+
 def _inject(name: str) -> Any:
     if name == "adam":
         return optax.inject_hyperparams(optax.adam)(learning_rate=1e-3)
@@ -79,11 +90,13 @@ def _programs(
     raw = OPTIMIZERS[name](lambda f, *a, **k: f(*a, **k))
     injected = _inject(name)
     wrapped = OPTIMIZERS[name](opx.wrap)
+    rate = OPTIMIZERS[name](_rate_alone(opx.wrap))
     return {
         "raw": (lambda p, s: _scan(raw, p, s, steps), ()),
         "inject": (lambda p, s: _scan(injected, p, s, steps), ()),
         "wrapped": (lambda p, s, tx: _scan(tx, p, s, steps), (wrapped,)),
-    }, {"raw": raw, "inject": injected, "wrapped": wrapped}
+        "rate": (lambda p, s, tx: _scan(tx, p, s, steps), (rate,)),
+    }, {"raw": raw, "inject": injected, "wrapped": wrapped, "rate": rate}
 
 
 def _compile_s(fn: Callable[..., Any], args: tuple[Any, ...]) -> float:
@@ -115,13 +128,15 @@ def _one(name: str, size: int, steps: int, calls: int, log: Log) -> dict[str, An
         **{f"{k}_step_s": summary(v) for k, v in per_step.items()},
         "wrapped_over_inject": summary(ratios(per_step["wrapped"], per_step["inject"])),
         "wrapped_over_raw": summary(ratios(per_step["wrapped"], per_step["raw"])),
+        "rate_over_raw": summary(ratios(per_step["rate"], per_step["raw"])),
         "compile_s": {k: summary(v) for k, v in compile_s.items()},
         "compile_ratio": summary(ratios(compile_s["wrapped"], compile_s["inject"])),
     }
     log(
         f"  {name}, {size:,} parameters: a step {_us(out['raw_step_s'])} raw, "
         f"{_us(out['inject_step_s'])} inject_hyperparams, {_us(out['wrapped_step_s'])} wrapped "
-        f"(wrapped / inject {fmt(out['wrapped_over_inject'])}); compile wrapped / inject "
+        f"(wrapped / inject {fmt(out['wrapped_over_inject'])}); the rate alone dynamic "
+        f"{_us(out['rate_step_s'])} (/ raw {fmt(out['rate_over_raw'])}); compile wrapped / inject "
         f"{fmt(out['compile_ratio'])}"
     )
     return out
@@ -175,7 +190,7 @@ def markdown(r: dict[str, Any]) -> list[str]:
         f"## 12. A step in a `lax.scan` ({r['backend']})",
         table(
             "optimizer | parameters | raw optax | inject_hyperparams | wrapped | wrapped / inject | "
-            "compile: wrapped / inject",
+            "wrapped, the rate alone dynamic | its / raw | compile: wrapped / inject",
             [
                 [
                     row["optimizer"],
@@ -184,6 +199,8 @@ def markdown(r: dict[str, Any]) -> list[str]:
                     _us(row["inject_step_s"]),
                     _us(row["wrapped_step_s"]),
                     fmt(row["wrapped_over_inject"]),
+                    _us(row["rate_step_s"]),
+                    fmt(row["rate_over_raw"]),
                     fmt(row["compile_ratio"]),
                 ]
                 for row in r["rows"]
