@@ -28,6 +28,7 @@ from __future__ import annotations
 
 # pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 import functools
+import math
 import struct
 from collections.abc import Mapping
 from typing import Any
@@ -47,8 +48,9 @@ def values(spec: Any, arguments: Mapping[str, Any], carried: list[Any]) -> list[
         return []
     env: dict[Any, Any] = {}
     for ref in spec.fold_refs:  # ("leaf", name, j)
-        env[ref] = jax.tree_util.tree_leaves(arguments[ref[1]])[ref[2]]
-    if not spec.fold_reads_exact and all(type(x) in (float, int) for x in env.values()):
+        x = arguments[ref[1]]
+        env[ref] = x if type(x) in _NUMBERS else jax.tree_util.tree_leaves(x)[ref[2]]
+    if not spec.fold_reads_exact and all(type(x) in _NUMBERS for x in env.values()):
         return list(_of_numbers(spec, tuple(env.values())))  # the common case: wrap from Python numbers
     traced = any(_leaves.is_tracer(x) for x in (*env.values(), *carried))
     if traced:
@@ -73,12 +75,84 @@ def values(spec: Any, arguments: Mapping[str, Any], carried: list[Any]) -> list[
 @functools.lru_cache(maxsize=4096)
 def _of_numbers(spec: Any, numbers: tuple[Any, ...]) -> tuple[Any, ...]:
     """The folds of leaves made from Python numbers (``spec.fold_refs``'s): remembered, as a
-    builder called once per trial makes the same values again."""
-    leaves = [_leaves.value_as_leaf(x) for x in numbers]
-    env = dict(zip(spec.fold_refs, leaves))
+    builder called once per trial makes the same values again; each fold by the values it
+    reads (a new learning rate computes none of the others')."""
+    by_ref = dict(zip(spec.fold_refs, numbers))
+    out = [
+        _fold_of_numbers(spec, i, tuple(by_ref[r] for r in refs)) for i, refs in enumerate(spec.fold_reads)
+    ]
+    return (*out, np.float32(fingerprint_of_numbers(numbers)))
+
+
+@functools.lru_cache(maxsize=16384)
+def _fold_of_numbers(spec: Any, index: int, numbers: tuple[Any, ...]) -> Any:
+    """Fold ``index`` of ``spec`` for the Python numbers of the leaves it reads."""
+    fold = spec.folds[index]
+    if fold[0] in _IN_PYTHON and all(k[0] == "leaf" for k in fold[1:]):
+        found = _in_python(fold, dict(zip(spec.fold_reads[index], numbers)))
+        if found is not None:
+            return found
+    env = {r: _leaves.value_as_leaf(x) for r, x in zip(spec.fold_reads[index], numbers)}
     with np.errstate(all="ignore"):
-        out = [_one(fold, env) for fold in spec.folds]
-    return (*out, np.float32(fingerprint_of_scalars(leaves)))
+        return _one(fold, env)
+
+
+def _in_python(fold: Any, numbers: Mapping[Any, Any]) -> Any:
+    """A fold of float32 leaves made from Python floats, in Python's double precision rounded
+    once to float32: correctly rounded for a quotient and a square root (double rounding
+    through binary64 is innocuous for them), as the compiler folds them. None: not here."""
+    xs = []
+    for key in fold[1:]:
+        x = numbers[key]
+        if type(x) is not float:
+            return None
+        try:
+            xs.append(_f32(x))
+        except OverflowError:
+            return None
+    try:
+        out = _IN_PYTHON[fold[0]](*xs)
+    except (ZeroDivisionError, ValueError, OverflowError):
+        return None
+    try:
+        return np.float32(_f32(out))
+    except OverflowError:
+        return None
+
+
+def _f32(x: float) -> float:
+    """``x`` rounded to the nearest float32 (as a Python float)."""
+    return _F32_PACK.unpack(_F32_PACK.pack(x))[0]
+
+
+_IN_PYTHON: dict[str, Any] = {
+    "reciprocal": lambda c: 1.0 / c,
+    "div": lambda a, b: a / b,
+    "sqrt": math.sqrt,
+}
+
+
+def fingerprint_of_numbers(numbers: tuple[Any, ...]) -> float:
+    """:func:`fingerprint_of_scalars` of the leaves Python numbers make (float32, int32)."""
+    h = 0x1E3779B9
+    for x in numbers:
+        if type(x) is float:
+            try:
+                bits = _F32.unpack(_F32_PACK.pack(x))[0]
+            except OverflowError:  # beyond float32: its infinity, as the leaf holds it
+                return fingerprint_of_scalars([_leaves.value_as_leaf(x) for x in numbers])
+        elif -(2**31) <= x < 2**31:
+            bits = x
+        else:  # a wider int (jax_enable_x64): as NumPy does it
+            return fingerprint_of_scalars([_leaves.value_as_leaf(x) for x in numbers])
+        h = _int32((h ^ bits) * 0x01000193)
+        h = h ^ (h >> 15)
+    return float(h & 0xFFFFFF)
+
+
+_NUMBERS = (float, int)
+_F32 = struct.Struct("<i")
+_F32_PACK = struct.Struct("<f")
 
 
 def fingerprint_of_scalars(leaves: list[Any]) -> float:

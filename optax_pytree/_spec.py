@@ -178,6 +178,7 @@ class Spec(ValueObject):
         "fingerprint_at",
         "fingerprint_of",
         "fold_index",
+        "fold_reads",
         "fold_reads_exact",
         "fold_refs",
         "folds",
@@ -242,9 +243,11 @@ class Spec(ValueObject):
         self.folds = analysis.folds
         self.fold_index = {f: i for i, f in enumerate(self.folds)}
         self.folds_at = len(carried_part)
-        read = [ref for fold in self.folds for ref in _references(fold[1:])]
-        self.fold_refs = tuple(sorted({ref for ref in read if ref[0] == "leaf"}))
-        self.fold_reads_exact = any(ref[0] == "exact" for ref in read)
+        # The leaves each fold reads, and whether one reads the exact vectors.
+        reads = [_references(fold[1:]) for fold in self.folds]
+        self.fold_reads = tuple(tuple(sorted({r for r in refs if r[0] == "leaf"})) for refs in reads)
+        self.fold_refs = tuple(sorted({ref for refs in self.fold_reads for ref in refs}))
+        self.fold_reads_exact = any(ref[0] == "exact" for refs in reads for ref in refs)
         fold_part = (*(("float32",) * len(self.folds)), fingerprint) if self.folds else ()
         self.carried_dtypes: tuple[str, ...] = (*carried_part, *fold_part)
         self.keep = frozenset(n for n, m in analysis.modes.items() if m is Mode.GUARDED)
