@@ -234,10 +234,15 @@ def test_a_missing_requirement_is_named(
     assert "pip install no-such-package" in capsys.readouterr().out
 
 
-def test_one_file_end_to_end(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture) -> None:
-    # The smallest schedule test file of the installed optax, both runs, in subprocesses.
+def test_one_file_end_to_end(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The smallest schedule test file of the installed optax, both runs, in subprocesses:
+    # on the CPU, as every child of the suite (on a TPU this process holds the chip, and
+    # a child that opened it failed every test, plain too).
     if "schedules/_join_test.py" not in run.test_files(run.optax_dir()):
         pytest.skip(f"optax {optax.__version__} ships no schedules/_join_test.py")
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")
     out = tmp_path / "summary.json"
     status = run.main(["--files", "schedules/_join_test.py", "--out", str(out), "--logs", str(tmp_path)])
     summary = json.loads(out.read_text())
