@@ -326,6 +326,14 @@ def _rewritten(
                 [key(v) for v in eqn.invars],
                 folds,
             )
+        elif name == "cond" and any(lives[1:]) and not eqn.effects:
+            # A combinator's branch (MultiSteps, apply_if_finite): XLA folds the constants
+            # inside a branch as outside it, so the branches are rewritten too.
+            operand_keys = [key(v) for v in eqn.invars[1:]]
+            outputs = _rewritten_cond(eqn, inputs, flags[1:], lives[1:], splats[1:], operand_keys, folds)
+            out_flags = [False] * len(outputs)
+            out_live = out_splat = out_flags
+            out_keys = [None] * len(outputs)
         elif is_float and name in _FOLDED and all(flags) and any(lives):
             # Constants alone: folded by XLA on the host, correctly rounded.
             outputs = [folded(name, list(eqn.invars), eqn.outvars[0])]
@@ -348,6 +356,29 @@ def _rewritten(
         [is_splat(v) for v in outs],
         [key(v) for v in outs],
     )
+
+
+def _rewritten_cond(
+    eqn: JaxprEqn,
+    inputs: list[Any],
+    flags: list[bool],
+    lives: list[bool],
+    splats: list[bool],
+    keys: list[Any],
+    folds: Folds | None,
+) -> list[Any]:
+    """A ``cond`` whose branches are evaluated with the rewrites (``lax.switch`` of them)."""
+    index, operands = inputs[0], inputs[1:]
+
+    def branch(closed: Any) -> Callable[..., Any]:
+        def run(*xs: Any) -> Any:
+            return _rewritten(closed.jaxpr, list(closed.consts), list(xs), flags, lives, splats, keys, folds)[
+                0
+            ]
+
+        return run
+
+    return list(lax.switch(index, [branch(b) for b in eqn.params["branches"]], *operands))
 
 
 # --------------------------------------------------------------------------

@@ -218,3 +218,38 @@ def test_the_fingerprint_of_python_numbers_is_numpys() -> None:
         floats = (rng.normal(size=3) * 10.0 ** rng.integers(-40, 38)).astype(np.float32)
         values = [*floats, np.float32(-0.0), np.int32(rng.integers(-(2**31), 2**31 - 1))]
         assert _folds.fingerprint_of_scalars(values) == float(_leaves.fingerprint(values))
+
+
+@pytest.mark.parametrize("outer", ["MultiSteps", "apply_if_finite"])
+def test_a_combinators_branches_get_the_backends_rewrites(outer: str, tpu: None) -> None:
+    # MultiSteps and apply_if_finite run the inner optimizer in a lax.cond, whose branches
+    # XLA folds as the rest of the program: the wrapped build rewrites them too. On a TPU
+    # v5e, over adam, adamw with a warmup-cosine schedule and a scheduled chain, these were
+    # 1e-7 relative off plain optax (6 of 12 pairs: every_k_schedule=1, apply_if_finite),
+    # and are bit for bit. Here, the TPU's rules staged: adam's bias correction in the
+    # branches is the TPU's power of a constant base, not the general power (2 of them).
+    inner = opx.wrap(optax.adam, 1e-2)
+    if outer == "MultiSteps":
+        tx = opx.wrap(optax.MultiSteps, inner, every_k_schedule=1)
+    else:
+        tx = opx.wrap(optax.apply_if_finite, inner, 3)
+    grads = jax.tree.map(jnp.sin, PARAMS)
+    closed = jax.make_jaxpr(lambda t, g, s, p: t.update(g, s, p))(tx, grads, tx.init(PARAMS), PARAMS)
+    in_branches = _in_branches(closed.jaxpr)
+    assert "pow" not in in_branches
+    assert in_branches.count("custom_jvp_call") == 4  # the power's rule, b1 and b2, both branches
+
+
+def _in_branches(jaxpr: Any, inside: bool = False) -> list[str]:
+    """The primitives a jaxpr's cond branches bind (at their top level, nested jits inlined)."""
+    out: list[str] = []
+    for eqn in jaxpr.eqns:
+        name = eqn.primitive.name
+        if name == "cond":
+            for branch in eqn.params["branches"]:
+                out += _in_branches(branch.jaxpr, True)
+        elif name in ("pjit", "jit", "closed_call"):
+            out += _in_branches(eqn.params["jaxpr"].jaxpr, inside)
+        elif inside:
+            out.append(name)
+    return out
