@@ -31,9 +31,10 @@ Two interpreters of one closed jaxpr, and what they share (:func:`bind`,
   computed from the leaves (and literals) alone, and whose dividend is not,
   and on every product of such a product with such a value (a value of the
   leaves alone is folded by XLA, correctly rounded, in the plain program).
-  Nested ``jit`` calls are inlined (XLA inlines them too); other
-  sub-programs (``scan``, ``cond``, custom derivatives) are bound as they
-  are. Eagerly, or with the object closed over (its leaves constants again),
+  Nested ``jit`` calls are inlined (XLA inlines them too); a ``cond``'s
+  branches (``MultiSteps``, ``apply_if_finite``) are rewritten as the rest
+  (XLA folds their constants alike); other sub-programs (``scan``, custom
+  derivatives) are bound as they are. Eagerly, or with the object closed over (its leaves constants again),
   nothing is rewritten: the plain program is not rewritten either.
 
   What a backend's compiler does besides (``_backends``, one table): the
