@@ -414,17 +414,8 @@ def compare(
     """
     if analysis.level is Level.BUILD:
         return analysis  # nothing to run (the probe could not run init or a schedule)
-    spec = _spec.new_spec(info, classified, analysis)
-    # Made as the object will be (the same one compiled converter).
-    leaves, exact = _carry.leaves_and_exact(
-        spec, classified, _carry.host_values(spec, base) if spec.carried else {}
-    )
-    params = concrete_params(smaller(analysis.params))
-    counts = counts_for({n: classified.values[n] for n in classified.candidates})
-
-    def run(built: Built) -> Any:
-        return outputs(built, spec.kind, analysis.level, params, counts)
-
+    spec, leaves, exact, run = _exercised(info, classified, base, analysis)
+    params, counts = run.params, run.counts
     reference_jaxpr = None
     try:
         reference, reference_jaxpr = reference_outputs(call_reference(info, base), run)
@@ -476,20 +467,36 @@ def with_folds(
     so that its objects share one spec."""
     if analysis.level is Level.BUILD or analysis.folds:
         return analysis
-    spec = _spec.new_spec(info, classified, analysis)
+    spec, leaves, exact, run = _exercised(info, classified, base, analysis)
     if not spec.dynamic_names:
         return analysis
+    folds = learned_folds(spec, leaves, exact, run)
+    return dataclasses.replace(analysis, folds=folds) if folds else analysis
+
+
+class _Run:
+    """What the comparison runs on a built object: ``outputs`` on the stand-in parameters and
+    step counts (kept as attributes: the comparison reads them too)."""
+
+    def __init__(self, kind: Kind, level: Level, params: Params, counts: Any):
+        self.kind, self.level, self.params, self.counts = kind, level, params, counts
+
+    def __call__(self, built: Built) -> Any:
+        return outputs(built, self.kind, self.level, self.params, self.counts)
+
+
+def _exercised(
+    info: _bind.FactoryInfo, classified: Classified, base: dict[str, Any], analysis: Analysis
+) -> tuple[_spec.Spec, Any, Any, _Run]:
+    """The spec of ``analysis``, its object's leaves and ``exact`` child made as the object
+    will be (the same one compiled converter), and what the comparison runs on it."""
+    spec = _spec.new_spec(info, classified, analysis)
     leaves, exact = _carry.leaves_and_exact(
         spec, classified, _carry.host_values(spec, base) if spec.carried else {}
     )
     params = concrete_params(smaller(analysis.params))
     counts = counts_for({n: classified.values[n] for n in classified.candidates})
-
-    def run(built: Built) -> Any:
-        return outputs(built, spec.kind, analysis.level, params, counts)
-
-    folds = learned_folds(spec, leaves, exact, run)
-    return dataclasses.replace(analysis, folds=folds) if folds else analysis
+    return spec, leaves, exact, _Run(spec.kind, analysis.level, params, counts)
 
 
 def learned_folds(spec: _spec.Spec, leaves: Any, exact: Any, run: Callable[[Any], Any]) -> tuple[Any, ...]:

@@ -34,8 +34,10 @@ PARAMS = {"w": jnp.linspace(-1.0, 1.0, 12).reshape(4, 3), "b": jnp.array([0.1, -
 
 @pytest.fixture
 def tpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The TPU's treatment of constants, compiled by the CPU (on a TPU, the TPU's own)."""
+    """The TPU's treatment of constants, compiled by the CPU (on a TPU, the TPU's own), the
+    default backend's alone (a TPU machine's process also lowers for the CPU)."""
     monkeypatch.setitem(_backends.TABLE, jax.default_backend(), _backends.TPU)
+    monkeypatch.setattr(_backends, "platforms", lambda: (jax.default_backend(),))
 
 
 def _without_carried_folds(monkeypatch: pytest.MonkeyPatch) -> None:
