@@ -60,6 +60,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax._src import core as jax_core
 
 from . import _backends, _leaves
 from ._bind import is_wrapped
@@ -618,22 +619,26 @@ class _Owner:
         self.core = core
         self.start = start
         self.refs: dict[int, Any] = {}  # position in the call's inputs -> ("leaf", name, j) | ("exact", g)
-        self._fresh: Any = None
+        # Computed once per trace (a cond's branch is one of its own: a value made there must
+        # not be used outside it): (trace, values of the exact child, whether fresh).
+        self._read: tuple[Any, list[Any], Any] | None = None
 
     def carried(self, local: Any, flat: list[Any]) -> tuple[Any, Any] | None:
         spec = self.core.spec
         index = spec.fold_index.get(local)
         if index is None or getattr(self.core, "folds_traced", False):
             return None
-        values = self._values(flat)
-        if self._fresh is None:
-            self._fresh = self._check(values, flat)
-        return values[spec.folds_at + index], self._fresh
+        values, fresh = self._read_exact(flat)
+        return values[spec.folds_at + index], fresh
 
-    def _values(self, flat: list[Any]) -> list[Any]:
-        spec = self.core.spec
-        vectors = [flat[p] for p, ref in sorted(self.refs.items()) if ref[0] == "exact"]
-        return _leaves.exact_values(tuple(vectors), spec.carried_dtypes)
+    def _read_exact(self, flat: list[Any]) -> tuple[list[Any], Any]:
+        """The values of the owner's ``exact`` child and whether its folds are fresh, once a trace."""
+        trace = jax_core.trace_ctx.trace
+        if self._read is None or self._read[0] is not trace:
+            vectors = [flat[p] for p, ref in sorted(self.refs.items()) if ref[0] == "exact"]
+            values = _leaves.exact_values(tuple(vectors), self.core.spec.carried_dtypes)
+            self._read = (trace, values, self._check(values, flat))
+        return self._read[1], self._read[2]
 
     def _check(self, values: list[Any], flat: list[Any]) -> Any:
         """Whether the carried folds were computed from these leaves (traced)."""
