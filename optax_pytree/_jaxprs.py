@@ -527,7 +527,6 @@ _HOST_FOLDS: dict[str, Callable[..., Any]] = {
     "rsqrt": lambda a: np.asarray(1, a.dtype) / np.sqrt(a),
     "log2": _host_log2,
 }
-FOLD_KINDS = frozenset(_HOST_FOLDS)
 
 
 def _exact_fold(kind: str) -> Callable[[_backends.Treatment], Callable[..., Any]]:
