@@ -68,6 +68,23 @@ def train_inject(lr: Any, params: Any, batch: Any) -> tuple[Any, jax.Array]:
     return train(optax.inject_hyperparams(optax.adam)(learning_rate=lr), params, batch)
 
 
+def train_inject_state(state: Any, params: Any, batch: Any) -> tuple[Any, jax.Array]:
+    """As ``train`` with ``optax.inject_hyperparams(optax.adam)``, its state (and so every
+    hyperparameter of it) an argument: read at run time, as a wrapped object's leaves are.
+    ``train_inject`` makes the state inside the jitted function, where its hyperparameters
+    but the learning rate are constants of the program."""
+    tx = optax.inject_hyperparams(optax.adam)(learning_rate=0.0)
+
+    def body(carry: Any, _: Any) -> tuple[Any, jax.Array]:
+        p, s = carry
+        loss, grads = jax.value_and_grad(mlp_loss)(p, batch)
+        updates, s = tx.update(grads, s, p)
+        return (optax.apply_updates(p, updates), s), loss
+
+    (params, _), losses = lax.scan(body, (params, state), None, length=STEPS)
+    return params, losses[-1]
+
+
 def train_stateful(opt: Any, params: Any, batch: Any) -> tuple[Any, jax.Array]:
     """As ``train``, with the optimizer state folded into the wrapped object."""
     opt = opt.init(params)
@@ -187,6 +204,18 @@ def steady_closure(w: Workload) -> Callable[[], Any]:
 
 def steady_wrapped(w: Workload, jit: Callable[[Any], Any] = jax.jit) -> Callable[[], Any]:
     f, tx = jit(train), opx.wrap(optax.adam, learning_rate=w.lrs[0])
+    return lambda: f(tx, w.params, w.batch)
+
+
+def steady_inject_state(w: Workload) -> Callable[[], Any]:
+    f = jax.jit(train_inject_state)
+    state = optax.inject_hyperparams(optax.adam)(learning_rate=w.lrs[0]).init(w.params)
+    return lambda: f(state, w.params, w.batch)
+
+
+def steady_wrapped_rate(w: Workload) -> Callable[[], Any]:
+    f = jax.jit(train)
+    tx = opx.wrap(optax.adam, learning_rate=w.lrs[0], dynamic_only=("learning_rate",))
     return lambda: f(tx, w.params, w.batch)
 
 
