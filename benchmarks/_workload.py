@@ -52,7 +52,11 @@ def mlp_loss(params: list[dict[str, jax.Array]], batch: tuple[jax.Array, jax.Arr
 
 def train(tx: Any, params: Any, batch: Any) -> tuple[Any, jax.Array]:
     """``STEPS`` steps of ``tx`` on one batch; returns the parameters and the last loss."""
-    state = tx.init(params)
+    return train_from(tx, params, tx.init(params), batch)
+
+
+def train_from(tx: Any, params: Any, state: Any, batch: Any) -> tuple[Any, jax.Array]:
+    """``train`` from a given optimizer state."""
 
     def body(carry: Any, _: Any) -> tuple[Any, jax.Array]:
         p, s = carry
@@ -73,16 +77,7 @@ def train_inject_state(state: Any, params: Any, batch: Any) -> tuple[Any, jax.Ar
     hyperparameter of it) an argument: read at run time, as a wrapped object's leaves are.
     ``train_inject`` makes the state inside the jitted function, where its hyperparameters
     but the learning rate are constants of the program."""
-    tx = optax.inject_hyperparams(optax.adam)(learning_rate=0.0)
-
-    def body(carry: Any, _: Any) -> tuple[Any, jax.Array]:
-        p, s = carry
-        loss, grads = jax.value_and_grad(mlp_loss)(p, batch)
-        updates, s = tx.update(grads, s, p)
-        return (optax.apply_updates(p, updates), s), loss
-
-    (params, _), losses = lax.scan(body, (params, state), None, length=STEPS)
-    return params, losses[-1]
+    return train_from(optax.inject_hyperparams(optax.adam)(learning_rate=0.0), params, state, batch)
 
 
 def train_stateful(opt: Any, params: Any, batch: Any) -> tuple[Any, jax.Array]:

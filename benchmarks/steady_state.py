@@ -136,23 +136,15 @@ def targets(r: dict[str, Any], s: Settings) -> list[Target]:
         )
     )
     out += cost_targets(2, "d'", "(b')", r["cost"]["d_sched"])
-    if "c_all" in r["approaches"]:  # like with like against inject_hyperparams
-        d, c = r["approaches"]["d"]["ratio_to_ref"], r["approaches"]["c_all"]["ratio_to_ref"]
+    likes = (("every hyperparameter dynamic", "d", "c_all", "(d)", "(c*)"),
+             ("the learning rate alone dynamic", "d_rate", "c", "(d*)", "(c)"))  # fmt: skip
+    for what, ours, theirs, our_label, their_label in likes if "c_all" in r["approaches"] else ():
+        a, b = r["approaches"][ours]["ratio_to_ref"], r["approaches"][theirs]["ratio_to_ref"]
         out.append(
             on_median(
                 2,
-                "steady state, every hyperparameter dynamic: (d) wrapped / (c*) inject_hyperparams",
-                summary(ratios(d["samples"], c["samples"])),
-                "median ≤ 1.03",
-                1.03,
-            )
-        )
-        d_rate, c_rate = r["approaches"]["d_rate"]["ratio_to_ref"], r["approaches"]["c"]["ratio_to_ref"]
-        out.append(
-            on_median(
-                2,
-                "steady state, the learning rate alone dynamic: (d*) wrapped / (c) inject_hyperparams",
-                summary(ratios(d_rate["samples"], c_rate["samples"])),
+                f"steady state, {what}: {our_label} wrapped / {their_label} inject_hyperparams",
+                summary(ratios(a["samples"], b["samples"])),
                 "median ≤ 1.03",
                 1.03,
             )
