@@ -347,16 +347,12 @@ def _power_with_log2_jvp(primals: tuple[Any, Any, Any], tangents: tuple[Any, Any
 # with the device's own operation, the documented float32 fallback.
 
 
-def _device_log2(c: Any) -> Any:
-    return jnp.log2(c)
-
-
 _DEVICE: dict[str, Callable[..., Any]] = {
     "reciprocal": lambda c: lax.div(jnp.ones_like(c), c),
     "div": lax.div,
     "sqrt": lax.sqrt,
     "rsqrt": lax.rsqrt,
-    "log2": _device_log2,
+    "log2": jnp.log2,
 }
 
 
@@ -509,6 +505,15 @@ def lowered(fn: Callable[[Treatment], Callable[..., Any]], *args: Any) -> Any:
         return fn(next(iter(distinct.values())))(*args)
     branches = {p: fn(t) for p, t in kinds.items() if t is not DEFAULT}
     return lax.platform_dependent(*args, default=fn(DEFAULT), **branches)
+
+
+def exact_fold(kind: str) -> Callable[[Treatment], Callable[..., Any]]:
+    """The backend's fold computed on the device (no carried value)."""
+
+    def for_backend(treatment: Treatment) -> Callable[..., Any]:
+        return functools.partial(treatment.fold, kind, None, None)
+
+    return for_backend
 
 
 def specialized_exponents_text(platform: str | None = None) -> str:

@@ -49,9 +49,13 @@ def _carried_values(
     folds), in general."""
     of = [leaves[spec.leaf_index[n]] for n in spec.carried_names]
     carried = [hosts[e] for e in spec.carried]
-    traced = any(_leaves.is_tracer(x) for x in (*carried, *of))
-    xp: Any = jax.numpy if traced else np
-    before = _leaves.carried_values(carried, [x if traced else _host(x) for x in of], spec.carried_dtypes, xp)
+    before: list[Any] = []
+    if spec.fold_reads_exact:  # a fold reads the carried values (the exact child before the folds)
+        traced = any(_leaves.is_tracer(x) for x in (*carried, *of))
+        xp: Any = jax.numpy if traced else np
+        before = _leaves.carried_values(
+            carried, [x if traced else _host(x) for x in of], spec.carried_dtypes, xp
+        )
     folds = fold_values(spec, classified.values, before)
     return _leaves.exact_child(carried, of, spec.carried_dtypes, folds)
 

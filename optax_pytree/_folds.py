@@ -47,7 +47,7 @@ def values(spec: Any, arguments: Mapping[str, Any], carried: list[Any]) -> list[
     if not spec.folds:
         return []
     env: dict[Any, Any] = {}
-    for ref in spec.fold_refs:  # ("leaf", name, j)
+    for ref in spec.fold_refs:  # (LEAF, name, j)
         x = arguments[ref[1]]
         env[ref] = x if type(x) in _NUMBERS else jax.tree_util.tree_leaves(x)[ref[2]]
     if not spec.fold_reads_exact and all(type(x) in _NUMBERS for x in env.values()):
@@ -63,7 +63,7 @@ def values(spec: Any, arguments: Mapping[str, Any], carried: list[Any]) -> list[
     xp: Any = jax.numpy if traced else np
     vectors = _leaves.exact_vectors(list(carried), dtypes, (), xp) if carried else ()
     for g, vector in enumerate(vectors):
-        env[("exact", g)] = vector
+        env[(_jaxprs.EXACT, g)] = vector
     fingerprint = _leaves.fingerprint([env[ref] for ref in spec.fold_refs])
     if traced:
         out = [_traced(fold, env) for fold in spec.folds]
@@ -88,7 +88,7 @@ def _of_numbers(spec: Any, numbers: tuple[Any, ...]) -> tuple[Any, ...]:
 def _fold_of_numbers(spec: Any, index: int, numbers: tuple[Any, ...]) -> Any:
     """Fold ``index`` of ``spec`` for the Python numbers of the leaves it reads."""
     fold = spec.folds[index]
-    if fold[0] in _IN_PYTHON and all(k[0] == "leaf" for k in fold[1:]):
+    if fold[0] in _IN_PYTHON and all(k[0] == _jaxprs.LEAF for k in fold[1:]):
         found = _in_python(fold, dict(zip(spec.fold_reads[index], numbers)))
         if found is not None:
             return found
@@ -174,13 +174,13 @@ def _int32(x: int) -> int:
 
 def _on_host(folds: tuple[Any, ...], env: dict[Any, Any]) -> list[Any]:
     """Each fold on the host, member by member for a batch of values (``grid``, ``stack``)."""
-    leaf_shapes = [np.shape(x) for ref, x in env.items() if ref[0] == "leaf"]
-    vector_shapes = [np.shape(x)[:-1] for ref, x in env.items() if ref[0] == "exact"]
+    leaf_shapes = [np.shape(x) for ref, x in env.items() if ref[0] == _jaxprs.LEAF]
+    vector_shapes = [np.shape(x)[:-1] for ref, x in env.items() if ref[0] == _jaxprs.EXACT]
     batch = np.broadcast_shapes(*leaf_shapes, *vector_shapes)
     if batch == ():
         return [_one(fold, env) for fold in folds]
     members = {
-        ref: np.broadcast_to(x, batch if ref[0] == "leaf" else (*batch, np.shape(x)[-1]))
+        ref: np.broadcast_to(x, batch if ref[0] == _jaxprs.LEAF else (*batch, np.shape(x)[-1]))
         for ref, x in env.items()
     }
     out = np.zeros((len(folds), *batch), np.float32)

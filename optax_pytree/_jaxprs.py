@@ -62,7 +62,7 @@ import numpy as np
 from jax import lax
 from jax._src import core as jax_core
 
-from . import _backends, _leaves
+from . import _backends, _leaves, _rules
 from ._bind import is_wrapped
 from ._leaves import is_key, is_tracer
 from ._vocabulary import Role
@@ -268,7 +268,7 @@ def _rewritten(
                     lambda t: functools.partial(t.fold, kind), found[1], found[0], *values
                 )
         if out is None:
-            out = _backends.lowered(_exact_fold(kind), *values)
+            out = _backends.lowered(_backends.exact_fold(kind), *values)
         target = shape(site)
         return out if target in ((), None) or jnp.shape(out) == target else jnp.broadcast_to(out, target)
 
@@ -401,14 +401,18 @@ def _rewritten_cond(
 
 INPUT = "input"
 LITERAL = "literal"
+# An owner's own inputs, in the keys of its folds (``Folds``): a dynamic leaf's j-th array, an
+# ``exact`` vector.
+LEAF = "leaf"
+EXACT = "exact"
 
-# Primitives whose host value (NumPy, ``_RULES``) is the device's, bit for bit.
+# Primitives whose host value (NumPy, ``_rules.NUMPY``) is the device's, bit for bit.
 _KEYED = frozenset(
     "add sub mul div neg abs max min sqrt sign floor ceil select_n eq ne lt le gt ge and or xor "
     "not shift_left shift_right_arithmetic bitcast_convert_type convert_element_type "
     "broadcast_in_dim reshape squeeze expand_dims slice stop_gradient copy copy_p clamp".split()
 )
-# (Each has a rule in ``_RULES`` and in ``_LAX_RULES``: checked at the end of the module.)
+# (Each has a rule in ``_rules.NUMPY`` and ``_rules.JAX``: checked at the end of the module.)
 # Primitives that only reshape: a splat's scalar is found through them.
 _SHAPE_ONLY = frozenset(("broadcast_in_dim", "reshape", "squeeze", "expand_dims", "copy", "copy_p"))
 _PARAMETER_TYPES = (type(None), bool, int, float, str, np.dtype)
@@ -432,7 +436,7 @@ def literal_key(value: Any, dtype: Any) -> Any:
 def _frozen(value: Any) -> Any:
     if isinstance(value, (tuple, list)):
         items = [_frozen(v) for v in value]
-        return None if any(i is _UNKEYED for i in items) else tuple(items)
+        return _UNKEYED if any(i is _UNKEYED for i in items) else tuple(items)
     if isinstance(value, _PARAMETER_TYPES):
         return value
     if isinstance(value, type) and issubclass(value, np.generic):
@@ -463,6 +467,17 @@ def key_of(eqn: JaxprEqn, operands: list[Any]) -> Any:
     return (name, tuple(params), np.dtype(out.dtype).name, *operands)
 
 
+def references(keys: Any) -> list[Any]:
+    """The owner's own inputs that keys in its terms read: ``(LEAF, name, j)``, ``(EXACT, g)``."""
+    out: list[Any] = []
+    for key in keys:
+        if key[0] in (LEAF, EXACT):
+            out.append(key)
+        elif key[0] != LITERAL:
+            out += references(key[3:])
+    return out
+
+
 def reads_inputs(key: Any) -> bool:
     """Whether a key reads an input of the program (else it is of literals alone)."""
     if key[0] == INPUT:
@@ -480,9 +495,9 @@ def evaluate_key(key: Any, env: Mapping[Any, Any], traced: bool = False) -> Any:
     name, params, dtype, *operands = key
     xs = [evaluate_key(k, env, traced) for k in operands]
     if traced:
-        return jnp.asarray(_LAX_RULES[name](*xs, **dict(params))).astype(np.dtype(dtype))
+        return jnp.asarray(_rules.JAX[name](*xs, **dict(params))).astype(np.dtype(dtype))
     with np.errstate(all="ignore"):
-        out = _RULES[name](*xs, **dict(params))
+        out = _rules.NUMPY[name](*xs, **dict(params))
     return np.asarray(out).astype(np.dtype(dtype), copy=False)
 
 
@@ -529,21 +544,12 @@ _HOST_FOLDS: dict[str, Callable[..., Any]] = {
 }
 
 
-def _exact_fold(kind: str) -> Callable[[_backends.Treatment], Callable[..., Any]]:
-    """The backend's fold computed on the device (no carried value)."""
-
-    def for_backend(treatment: _backends.Treatment) -> Callable[..., Any]:
-        return functools.partial(treatment.fold, kind, None, None)
-
-    return for_backend
-
-
 class Folds:
     """The carried folds a call can use: its owner's and its children's, each at its inputs.
 
     An owner (a wrapped object's core) carries, in its ``exact`` child, the
-    folds its spec lists (``Spec.folds``, in keys of its own: ``("leaf", name,
-    j)`` for its dynamic leaves, ``("exact", g)`` for its exact vectors),
+    folds its spec lists (``Spec.folds``, in keys of its own: ``(LEAF, name,
+    j)`` for its dynamic leaves, ``(EXACT, g)`` for its exact vectors),
     and a fingerprint of what they were computed from. A call's program has
     the owner's leaves and its children's as inputs, in flattening order:
     their positions say whose a key is. ``use`` answers a fold with the
@@ -614,10 +620,9 @@ class Folds:
 class _Owner:
     """One wrapped object among a call's inputs: where its inputs are, what it carries."""
 
-    def __init__(self, core: Any, start: int):
+    def __init__(self, core: Any):
         self.core = core
-        self.start = start
-        self.refs: dict[int, Any] = {}  # position in the call's inputs -> ("leaf", name, j) | ("exact", g)
+        self.refs: dict[int, Any] = {}  # position in the call's inputs -> (LEAF, name, j) | (EXACT, g)
         # Computed once per trace (a cond's branch is one of its own: a value made there must
         # not be used outside it): (trace, values of the exact child, whether fresh).
         self._read: tuple[Any, list[Any], Any] | None = None
@@ -625,7 +630,7 @@ class _Owner:
     def carried(self, local: Any, flat: list[Any]) -> tuple[Any, Any] | None:
         spec = self.core.spec
         index = spec.fold_index.get(local)
-        if index is None or getattr(self.core, "folds_traced", False):
+        if index is None:
             return None
         values, fresh = self._read_exact(flat)
         return values[spec.folds_at + index], fresh
@@ -634,7 +639,7 @@ class _Owner:
         """The values of the owner's ``exact`` child and whether its folds are fresh, once a trace."""
         trace = jax_core.trace_ctx.trace
         if self._read is None or self._read[0] is not trace:
-            vectors = [flat[p] for p, ref in sorted(self.refs.items()) if ref[0] == "exact"]
+            vectors = [flat[p] for p, ref in sorted(self.refs.items()) if ref[0] == EXACT]
             values = _leaves.exact_values(tuple(vectors), self.core.spec.carried_dtypes)
             self._read = (trace, values, self._check(values, flat))
         return self._read[1], self._read[2]
@@ -648,7 +653,7 @@ class _Owner:
 
 def _walk(core: Any, start: int, out: list[_Owner]) -> int:
     """Appends ``core``'s owner (and its children's, in flattening order); the position after it."""
-    me = _Owner(core, start)
+    me = _Owner(core)
     out.append(me)
     spec = core.spec
     position = start
@@ -659,10 +664,10 @@ def _walk(core: Any, start: int, out: list[_Owner]) -> int:
                 position = _walk(x._core, position, out)
                 continue
             if dynamic:
-                me.refs[position] = ("leaf", name, j)
+                me.refs[position] = (LEAF, name, j)
             position += 1
     for g in range(len(core.exact or ())):
-        me.refs[position] = ("exact", g)
+        me.refs[position] = (EXACT, g)
         position += 1
     return position
 
@@ -738,170 +743,6 @@ def _is_float(dtype: Any) -> bool:
 # With NumPy (the verification).
 
 
-def _binary(fn: Callable[[Any, Any], Any]) -> Callable[..., Any]:
-    return lambda x, y, **_: fn(x, y)
-
-
-def _unary(fn: Callable[[Any], Any]) -> Callable[..., Any]:
-    return lambda x, **_: fn(x)
-
-
-def _int_div(x: Any, y: Any) -> Any:
-    if np.issubdtype(np.result_type(x), np.integer):
-        q = np.abs(x) // np.where(y == 0, 1, np.abs(y))  # XLA rounds toward zero
-        return (np.sign(x) * np.sign(y) * q).astype(np.result_type(x))
-    return np.divide(x, y)
-
-
-def _broadcast_in_dim(x: Any, shape: Any, broadcast_dimensions: Any, **_: Any) -> Any:
-    kept = [1] * len(shape)
-    for i, d in enumerate(broadcast_dimensions):
-        kept[d] = np.shape(x)[i]
-    return np.broadcast_to(np.reshape(x, kept), shape).copy()
-
-
-def _dot_general(x: Any, y: Any, dimension_numbers: Any, preferred_element_type: Any = None, **_: Any) -> Any:
-    (lc, rc), (lb, rb) = dimension_numbers
-    letters = iter("abcdefghijklmnopqrstuvwxyz")
-    left = [next(letters) for _ in range(np.ndim(x))]
-    right = [next(letters) for _ in range(np.ndim(y))]
-    for i, j in zip((*lc, *lb), (*rc, *rb)):
-        right[j] = left[i]
-    batch = [left[i] for i in lb]
-    free_left = [c for i, c in enumerate(left) if i not in lc and i not in lb]
-    free_right = [c for j, c in enumerate(right) if j not in rc and j not in rb]
-    out = np.einsum(f"{''.join(left)},{''.join(right)}->{''.join(batch + free_left + free_right)}", x, y)
-    return out.astype(preferred_element_type or np.result_type(x, y))
-
-
-def _select_n(which: Any, *cases: Any) -> Any:
-    if np.result_type(which) == np.bool_:
-        return np.where(which, cases[1], cases[0])
-    return np.choose(np.asarray(which, np.int32), cases)
-
-
-def _reduce(fn: Callable[..., Any]) -> Callable[..., Any]:
-    return lambda x, axes, **_: np.asarray(fn(x, axis=tuple(axes)), np.result_type(x))
-
-
-def _slice(x: Any, start_indices: Any, limit_indices: Any, strides: Any = None, **_: Any) -> Any:
-    steps = strides or (1,) * len(start_indices)
-    return x[tuple(slice(a, b, c) for a, b, c in zip(start_indices, limit_indices, steps))]
-
-
-_RULES: dict[str, Callable[..., Any]] = {
-    "add": _binary(np.add),
-    "sub": _binary(np.subtract),
-    "mul": _binary(np.multiply),
-    "div": _binary(_int_div),
-    "rem": _binary(np.fmod),
-    "pow": _binary(np.power),
-    "max": _binary(np.maximum),
-    "min": _binary(np.minimum),
-    "atan2": _binary(np.arctan2),
-    "nextafter": _binary(np.nextafter),
-    "eq": _binary(np.equal),
-    "ne": _binary(np.not_equal),
-    "lt": _binary(np.less),
-    "le": _binary(np.less_equal),
-    "gt": _binary(np.greater),
-    "ge": _binary(np.greater_equal),
-    "and": _binary(np.bitwise_and),
-    "or": _binary(np.bitwise_or),
-    "xor": _binary(np.bitwise_xor),
-    "not": _unary(np.invert),
-    "shift_left": _binary(np.left_shift),
-    "shift_right_arithmetic": _binary(np.right_shift),  # arithmetic on signed integers, as XLA's
-    "bitcast_convert_type": lambda x, new_dtype, **_: np.asarray(x).view(new_dtype),
-    "neg": _unary(np.negative),
-    "sign": _unary(np.sign),
-    "abs": _unary(np.abs),
-    "floor": _unary(np.floor),
-    "ceil": _unary(np.ceil),
-    "sqrt": _unary(np.sqrt),
-    "rsqrt": _unary(lambda x: np.asarray(1, np.result_type(x)) / np.sqrt(x)),
-    "square": _unary(np.square),
-    "exp": _unary(np.exp),
-    "exp2": _unary(np.exp2),
-    "log": _unary(np.log),
-    "log1p": _unary(np.log1p),
-    "expm1": _unary(np.expm1),
-    "tanh": _unary(np.tanh),
-    "sin": _unary(np.sin),
-    "cos": _unary(np.cos),
-    "is_finite": _unary(np.isfinite),
-    "logistic": _unary(lambda x: np.asarray(1, np.result_type(x)) / (1 + np.exp(-x))),
-    "copy": _unary(np.copy),
-    "copy_p": _unary(np.copy),
-    "stop_gradient": _unary(lambda x: x),
-    "integer_pow": lambda x, y, **_: (
-        np.power(x, np.asarray(y, np.result_type(x))) if y >= 0 else 1 / x ** (-y)
-    ),
-    "convert_element_type": lambda x, new_dtype, **_: np.asarray(x).astype(new_dtype),
-    "broadcast_in_dim": _broadcast_in_dim,
-    "reshape": lambda x, new_sizes, **_: np.reshape(x, new_sizes),
-    "squeeze": lambda x, dimensions, **_: np.squeeze(x, tuple(dimensions)),
-    "expand_dims": lambda x, dimensions, **_: np.expand_dims(x, tuple(dimensions)),
-    "transpose": lambda x, permutation, **_: np.transpose(x, permutation),
-    "reduce_sum": _reduce(np.sum),
-    "reduce_max": _reduce(np.max),
-    "reduce_min": _reduce(np.min),
-    "reduce_prod": _reduce(np.prod),
-    "reduce_and": _reduce(np.all),
-    "reduce_or": _reduce(np.any),
-    "dot_general": _dot_general,
-    "select_n": lambda which, *cases, **_: _select_n(which, *cases),
-    "clamp": lambda lo, x, hi, **_: np.clip(x, lo, hi),
-    "slice": _slice,
-    "concatenate": lambda *xs, dimension, **_: np.concatenate(xs, axis=dimension),
-}
-
-
-# The keyed primitives as JAX computes them (a key evaluated on traced values).
-_LAX_RULES: dict[str, Callable[..., Any]] = {
-    "add": _binary(lax.add),
-    "sub": _binary(lax.sub),
-    "mul": _binary(lax.mul),
-    "div": _binary(lax.div),
-    "max": _binary(lax.max),
-    "min": _binary(lax.min),
-    "eq": _binary(lax.eq),
-    "ne": _binary(lax.ne),
-    "lt": _binary(lax.lt),
-    "le": _binary(lax.le),
-    "gt": _binary(lax.gt),
-    "ge": _binary(lax.ge),
-    "and": _binary(lax.bitwise_and),
-    "or": _binary(lax.bitwise_or),
-    "xor": _binary(lax.bitwise_xor),
-    "not": _unary(lax.bitwise_not),
-    "shift_left": _binary(lax.shift_left),
-    "shift_right_arithmetic": _binary(lax.shift_right_arithmetic),
-    "neg": _unary(lax.neg),
-    "abs": _unary(lax.abs),
-    "sqrt": _unary(lax.sqrt),
-    "sign": _unary(lax.sign),
-    "floor": _unary(lax.floor),
-    "ceil": _unary(lax.ceil),
-    "stop_gradient": _unary(lax.stop_gradient),
-    "copy": _unary(lambda x: x),
-    "copy_p": _unary(lambda x: x),
-    "select_n": lambda which, *cases, **_: lax.select_n(which, *cases),
-    "clamp": lambda lo, x, hi, **_: lax.clamp(lo, x, hi),
-    "bitcast_convert_type": lambda x, new_dtype, **_: lax.bitcast_convert_type(x, new_dtype),
-    "convert_element_type": lambda x, new_dtype, **_: lax.convert_element_type(x, new_dtype),
-    "broadcast_in_dim": lambda x, shape, broadcast_dimensions, **_: lax.broadcast_in_dim(
-        x, shape, broadcast_dimensions
-    ),
-    "reshape": lambda x, new_sizes, **_: lax.reshape(x, new_sizes),
-    "squeeze": lambda x, dimensions, **_: lax.squeeze(x, dimensions),
-    "expand_dims": lambda x, dimensions, **_: lax.expand_dims(x, dimensions),
-    "slice": lambda x, start_indices, limit_indices, strides=None, **_: lax.slice(
-        x, start_indices, limit_indices, strides
-    ),
-}
-
-
 def evaluate(closed: ClosedJaxpr, *args: Any) -> list[Any]:
     """The outputs of a closed jaxpr for ``args``, computed with NumPy (see above)."""
     with np.errstate(all="ignore"):
@@ -937,7 +778,7 @@ def _evaluate(jaxpr: Jaxpr, consts: list[Any], args: list[Any]) -> list[Any]:
 
 def _apply(eqn: JaxprEqn, inputs: list[Any]) -> list[Any]:
     name, params = eqn.primitive.name, eqn.params
-    rule = _RULES.get(name)
+    rule = _rules.NUMPY.get(name)
     if rule is not None and not any(is_key(x) for x in inputs):
         out = rule(*inputs, **params)
         dtype = aval(eqn.outvars[0]).dtype
@@ -989,4 +830,4 @@ def _while(params: Any, inputs: list[Any]) -> list[Any]:
     return carry
 
 
-assert _KEYED <= set(_RULES) and _KEYED <= set(_LAX_RULES), _KEYED - set(_RULES) - set(_LAX_RULES)
+assert _KEYED <= set(_rules.NUMPY) and _KEYED <= set(_rules.JAX), _KEYED - set(_rules.NUMPY) - set(_rules.JAX)

@@ -23,7 +23,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from . import _backends, _checks, _expr, _leaves, _static
+from . import _backends, _checks, _expr, _jaxprs, _leaves, _static
 from ._bind import FactoryInfo
 from ._caches import cache
 from ._caches import clear_caches as clear_caches  # the name benchmarks/versus.py looks up
@@ -244,10 +244,10 @@ class Spec(ValueObject):
         self.fold_index = {f: i for i, f in enumerate(self.folds)}
         self.folds_at = len(carried_part)
         # The leaves each fold reads, and whether one reads the exact vectors.
-        reads = [_references(fold[1:]) for fold in self.folds]
-        self.fold_reads = tuple(tuple(sorted({r for r in refs if r[0] == "leaf"})) for refs in reads)
+        reads = [_jaxprs.references(fold[1:]) for fold in self.folds]
+        self.fold_reads = tuple(tuple(sorted({r for r in refs if r[0] == _jaxprs.LEAF})) for refs in reads)
         self.fold_refs = tuple(sorted({ref for refs in self.fold_reads for ref in refs}))
-        self.fold_reads_exact = any(ref[0] == "exact" for refs in reads for ref in refs)
+        self.fold_reads_exact = any(ref[0] == _jaxprs.EXACT for refs in reads for ref in refs)
         fold_part = (*(("float32",) * len(self.folds)), fingerprint) if self.folds else ()
         self.carried_dtypes: tuple[str, ...] = (*carried_part, *fold_part)
         self.keep = frozenset(n for n, m in analysis.modes.items() if m is Mode.GUARDED)
@@ -290,17 +290,6 @@ class Spec(ValueObject):
 
     def guard_text(self) -> tuple[str, ...]:
         return _expr.describe(self.guards)
-
-
-def _references(keys: Any) -> list[Any]:
-    """The object's own inputs a fold's keys read: ``("leaf", name, j)`` and ``("exact", g)``."""
-    out: list[Any] = []
-    for key in keys:
-        if key[0] in ("leaf", "exact"):
-            out.append(key)
-        elif key[0] != "literal":
-            out += _references(key[3:])
-    return out
 
 
 _ANALYSES = cache("configuration key -> [Analysis, ...], one per branch seen", 4096)
