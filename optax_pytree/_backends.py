@@ -315,27 +315,12 @@ def _power_of_constant_base(c: Any, t: Any) -> Any:
 def _power_given_log2(c: Any, t: Any, log2_c: Any) -> Any:
     """``c ** t`` as the TPU's compiler computes it for a constant ``c`` whose folded
     logarithm is ``log2_c``: what depends on ``c`` alone first (loop-invariant), then ``t``."""
+    general = lax.pow(c, t)
     # An integer exponent is converted to the base's dtype where the power is lowered.
     tf = jnp.asarray(t).astype(_F32)
     valid = _is_normal(c) & (c > 0)  # of the base alone
-
-    def folded(c: Any, t: Any, tf: Any, log2_c: Any) -> Any:
-        return jnp.where(tf == 1, c, lax.pow(np.float32(2.0), tf * log2_c))
-
-    def general(c: Any, t: Any, tf: Any, log2_c: Any) -> Any:
-        return lax.pow(c, t)
-
-    ok = valid & jnp.isfinite(tf)
-    return _either(ok, folded, general, c, t, tf, log2_c)
-
-
-def _either(pred: Any, yes: Callable[..., Any], no: Callable[..., Any], *xs: Any) -> Any:
-    """``yes(*xs)`` where ``pred``, else ``no(*xs)``: of scalars, a branch (a device computes the
-    one it takes: a general power on a TPU's scalar unit costs more than a step of a small
-    model), else both, selected elementwise (a branch would cut the elementwise fusion)."""
-    if jnp.shape(pred) == () and all(jnp.shape(x) == () for x in xs):
-        return lax.cond(pred, yes, no, *xs)
-    return jnp.where(pred, yes(*xs), no(*xs))
+    folded = jnp.where(tf == 1, c, lax.pow(np.float32(2.0), tf * log2_c))
+    return jnp.where(valid & jnp.isfinite(tf), folded, general)
 
 
 @_power_of_constant_base.defjvp
@@ -409,10 +394,6 @@ class Treatment:
     # Whether x ** e with a constant exponent e is compiled otherwise than a power by a value.
     specializes_exponent: Callable[[float], bool]
     exponents_text: str
-    # x ** e for a value x and a hyperparameter e, of scalars (a schedule's exponent), where the
-    # backend computes it otherwise than its general power (at e == 1, x as plain optax's
-    # constant 1.0 gives: a branch, not a general power in every step).
-    power_by_scalar: Callable[[Any, Any], Any] | None = None
     # Whether a carried fold stands for the device's exact one (its host value is what this
     # backend's compiler folds, and computing it on the device costs): the TPU's.
     carries: bool = False
@@ -462,20 +443,6 @@ def _tpu_specializes(value: float) -> bool:
     return False
 
 
-@jax.custom_jvp
-def power_by_scalar(x: Any, e: Any) -> Any:
-    """``x ** e`` of scalars, ``e`` a hyperparameter: ``x`` where ``e == 1`` (what ``x ** 1.0``
-    is, on every backend, and what XLA makes of a constant exponent 1), else the general power;
-    one of the two computed. Derivatives are the general power's (in ``e`` too, at 1)."""
-    return _either(e == 1, lambda x, e: jnp.asarray(x).astype(jnp.result_type(x, e)), lax.pow, x, e)
-
-
-@power_by_scalar.defjvp
-def _power_by_scalar_jvp(primals: tuple[Any, Any], tangents: tuple[Any, Any]) -> tuple[Any, Any]:
-    _, tangent = jax.jvp(lax.pow, primals, tangents)
-    return power_by_scalar(*primals), tangent
-
-
 def _device_reciprocal(c: Any) -> Any:
     return lax.div(jnp.ones_like(c), c)
 
@@ -496,7 +463,6 @@ TPU = Treatment(
     reciprocal=lambda c: reciprocal(c) if jnp.result_type(c) == _F32 else _device_reciprocal(c),
     folded={"div": divide, "sqrt": sqrt, "rsqrt": rsqrt},
     power_of_constant_base=power_of_constant_base,
-    power_by_scalar=power_by_scalar,
     specializes_exponent=_tpu_specializes,
     exponents_text="the TPU: the whole multiples of 1/2, 1/3 and 1/4 but 0 and 1",
     carries=True,

@@ -316,10 +316,6 @@ def _rewritten(
             log2_base = folded("log2", [eqn.invars[0]], eqn.invars[0])
             outputs = [_backends.lowered(_power_of_constant_base, inputs[0], inputs[1], log2_base)]
             out_flags = [False]
-        elif is_float and name == "pow" and lives[1] and not flags[0] and shape(eqn.outvars[0]) == ():
-            # A hyperparameter exponent of a scalar (a schedule's): the backend's power by it.
-            outputs = [_backends.lowered(_power_by_scalar, inputs[0], inputs[1])]
-            out_flags = [False]
         elif name in INLINED and "jaxpr" in eqn.params:
             inner = eqn.params["jaxpr"]
             outputs, out_flags, out_live, out_splat, out_keys = _rewritten(
@@ -737,10 +733,6 @@ _FOLDED = frozenset().union(*(t.folded for t in _backends.TABLE.values()))
 def _power_of_constant_base(treatment: _backends.Treatment) -> Callable[[Any, Any, Any], Any]:
     rule = treatment.power_of_constant_base
     return (lambda c, t, _: lax.pow(c, t)) if rule is None else rule
-
-
-def _power_by_scalar(treatment: _backends.Treatment) -> Callable[[Any, Any], Any]:
-    return treatment.power_by_scalar or lax.pow
 
 
 def _is_float(dtype: Any) -> bool:
