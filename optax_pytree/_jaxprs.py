@@ -19,7 +19,8 @@ Two interpreters of one closed jaxpr, and what they share (:func:`bind`,
   by a constant, ``x / c``, into a multiplication by its reciprocal,
   ``x * (1 / c)``, the reciprocal rounded once, and folds ``(x * c1) * c2``
   into ``x * (c1 * c2)`` where ``c1`` and ``c2`` are both scalars (broadcast
-  or not) or both arrays of the product's shape. A wrapped object's hyperparameters are arguments
+  or not) or both arrays of the product's shape, and ``(x * c) * s``, ``s`` a
+  scalar read at run time (broadcast), into ``x * (s * c)``. A wrapped object's hyperparameters are arguments
   of the program (that is the point: one compilation for every value), which
   XLA does not rewrite so: a scalar division by an argument stays a division
   (measured on CPU: a cosine schedule's ``pi * count / decay_steps`` differs
@@ -238,6 +239,23 @@ def _rewritten(
             return True
         return not c1.splat and not c2.splat and c1.shape == c2.shape == shape(out) is not None
 
+    def scaled_product(eqn: JaxprEqn) -> tuple[tuple[Any, Constant], Any] | None:
+        """For ``x * y``, one a product by a constant splat (``A * C``, A not a scalar) and the
+        other a scalar read at run time or a broadcast of one: ((A, C), that scalar)."""
+        if shape(eqn.outvars[0]) in ((), None):
+            return None
+        for i in (0, 1):
+            inner = None if is_literal(eqn.invars[i]) else products.get(eqn.invars[i])
+            other = eqn.invars[1 - i]
+            if inner is None or not inner[1].splat or is_literal(other) or other in products:
+                continue
+            if shape(inner[0]) != shape(eqn.outvars[0]):
+                continue
+            scalar = scalar_of(other)
+            if not is_literal(scalar) and shape(scalar) == () and scalar not in derived:
+                return inner, scalar
+        return None
+
     def record(v: Any, x: Any, of_constants: bool, of_traced: bool, one_scalar: bool, k: Any = None) -> None:
         env[v] = x
         if of_constants:  # live and splat say more of a value of constants alone
@@ -310,6 +328,15 @@ def _rewritten(
                 value, constant = inner[0], Constant(product, splat_product, shape(eqn.outvars[0]))
             outputs = [lax.mul(value, constant.value)]
             products[eqn.outvars[0]] = (value, constant)
+            out_flags = [False]
+        elif is_float and name == "mul" and not any(flags) and (found := scaled_product(eqn)) is not None:
+            # (A * C) * s => A * (s * C): XLA's algebraic simplifier multiplies the scalars first
+            # where the inner factor is a constant scalar (a splat) and the outer one a scalar
+            # read at run time (adafactor's learning rate times its parameter scale); with the
+            # constant a leaf it would not, so the build does.
+            (value, constant), scalar = found
+            factor = lax.mul(read(scalar), _the_scalar(constant.value))
+            outputs = [lax.mul(value, lax.broadcast_in_dim(factor, shape(eqn.outvars[0]), ()))]
             out_flags = [False]
         elif is_float and name == "pow" and lives[0] and not flags[1]:
             # A constant base: the backend's compiler may fold part of the power (its logarithm).
@@ -728,6 +755,11 @@ class Constant(NamedTuple):
 
 # The primitives of constants alone some backend folds otherwise than its device computes them.
 _FOLDED = frozenset().union(*(t.folded for t in _backends.TABLE.values()))
+
+
+def _the_scalar(x: Any) -> Any:
+    """The one value of a splat (a scalar, or a broadcast of one)."""
+    return x if jnp.ndim(x) == 0 else jnp.ravel(x)[0]
 
 
 def _power_of_constant_base(treatment: _backends.Treatment) -> Callable[[Any, Any, Any], Any]:
