@@ -208,28 +208,82 @@ def _with_closure_children(value: Any, make_child: MakeChild | None) -> Any:
 
 
 _WARNED: set[tuple[str, int]] = set()  # the code locations warned about, once each
+_CHECKED: set[tuple[str, int]] = set()  # the code locations whose look-ups were read (``unproved``)
+_RECOMPILED: set[tuple[str, int]] = set()  # the code locations warned about a number held static
+# (factory, argument, code location) -> the key of the static callable given there last: a second
+# optimizer built by the same code that differs from it by numbers alone is a recompilation that
+# the warning names (what a sweep a user believes is one compilation shows). A few hundred at most.
+_LAST: dict[tuple[str, str, tuple[str, int]], Any] = {}
+_MAX_LAST = 256
 
 
-def _warn_identity(info: FactoryInfo, name: str, value: Any, frozen: Any) -> None:
-    """Warns, once per code location, of a callable argument that holds something compared by identity."""
-    held = _static.held_by_identity(frozen)
-    if not held:
-        return
+def _warn_static(info: FactoryInfo, name: str, value: Any, frozen: Any) -> None:
+    """Warns, once per code location, of a callable argument that stays static where its numbers
+    cost a compilation each: it holds something compared by identity, or reads its numbers
+    through look-ups of a class's own code not proved to give what the object holds (each named,
+    with why), or it differs from the one the same code gave before by a number alone (its path
+    and both values)."""
     fn = value.__func__ if isinstance(value, types.MethodType) else getattr(value, "func", value)
     code = getattr(fn, "__code__", None)
     if code is None:
         return
     where = (code.co_filename, code.co_firstlineno)
+    qualname = getattr(fn, "__qualname__", fn)
+    place = (
+        f"{info.name}: argument {name!r}, the function {qualname!r} ({os.path.basename(where[0])}:{where[1]})"
+    )
+    _warn_recompiled(place, (info.name, name, where), frozen)
     if where in _WARNED:
+        return
+    held = _static.held_by_identity(frozen)
+    unproved: list[str] = []
+    if where not in _CHECKED:
+        _CHECKED.add(where)
+        unproved = _closures.unproved(value)
+    if not held and not unproved:
         return
     _WARNED.add(where)
     kinds = sorted({type(h).__name__ for h in held})
+    if unproved:
+        compared = f", compared by identity ({' and '.join(kinds)})" if held else ", compared by value"
+        text = (
+            f"reads its numbers through look-ups that are the class's own code and not proved to give "
+            f"the values the object holds ({'; '.join(unproved)}), so it stays static{compared}: "
+            "every optimizer built with another value is a new compilation. Hold the numbers as the "
+            "object's attributes or items, read as they are stored, or make the function once and reuse it"
+        )
+    else:
+        text = (
+            f"holds {' and '.join(kinds)} compared by identity (its value cannot be compared): every "
+            "optimizer built with a new one is a new compilation. Hold plain numbers, a dataclass, a dict "
+            "or a config object whose look-ups give what it holds instead, or make the function once and "
+            "reuse it"
+        )
     warnings.warn(
-        f"optax_pytree: {info.name}: argument {name!r}, the function {getattr(fn, '__qualname__', fn)!r} "
-        f"({os.path.basename(where[0])}:{where[1]}), holds {' and '.join(kinds)} compared by identity (its "
-        "value cannot be compared): every optimizer built with a new one is a new compilation. Hold plain "
-        "numbers, a dataclass, a dict or a config (ml_collections, OmegaConf, argparse) instead, or make "
-        "the function once and reuse it; optax_pytree.explain(a, b) says what differs between two builds",
+        f"optax_pytree: {place}, {text}; optax_pytree.explain(a, b) says what differs between two builds",
+        stacklevel=_user_stacklevel(),
+    )
+
+
+def _warn_recompiled(place: str, at: tuple[str, str, tuple[str, int]], frozen: Any) -> None:
+    """Warns, once per code location, where a static callable differs from the one the same code
+    gave before by numbers alone: a recompilation, never a silent one."""
+    last = _LAST.pop(at, None)
+    if len(_LAST) >= _MAX_LAST:
+        _LAST.pop(next(iter(_LAST)))
+    _LAST[at] = frozen
+    if last is None or at[2] in _RECOMPILED or last == frozen:
+        return
+    found = _static.number_differences(last, frozen)
+    if not found:
+        return
+    _RECOMPILED.add(at[2])
+    shown = "; ".join(f"{path or 'its value'} = {a!r}, now {b!r}" for path, a, b in found[:4])
+    warnings.warn(
+        f"optax_pytree: {place}, is static, and this optimizer differs from one the same code built "
+        f"before only by a number it holds static ({shown}): each value is a new compilation. The "
+        "function is part of the program, not a schedule whose numbers are leaves (optax_pytree.explain(a, "
+        "b) says why); read the number in a schedule, or pass it as a hyperparameter",
         stacklevel=_user_stacklevel(),
     )
 
@@ -426,7 +480,7 @@ def _classify_common(
                 frozen = _static.freeze(value)
                 key_parts.append((name, Role.STATIC, frozen))
                 roles[name] = Role.STATIC
-                _warn_identity(info, name, value, frozen)
+                _warn_static(info, name, value, frozen)
         else:
             return None
         values[name] = value
@@ -500,7 +554,7 @@ def _classify(
                 frozen = _static.freeze(value)
                 key_parts.append((name, role, frozen))
                 if callable(value):
-                    _warn_identity(info, name, value, frozen)
+                    _warn_static(info, name, value, frozen)
         out.roles[name] = role
         out.values[name] = value
         if role == Role.CHILD:

@@ -59,6 +59,7 @@ from __future__ import annotations
 import dis
 import functools
 import inspect
+import os
 import types
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -142,6 +143,8 @@ class Capture(NamedTuple):
     # top of a script, ``FLAGS``): the rebuilt function reads them from a namespace of its own.
     globals: tuple[_Held, ...] = ()
     self_bound: bool = False  # a partial of a bound method: ``bound[0]`` is its self
+    # The values read that are static, not leaves: equinox fields marked ``eqx.field(static=True)``.
+    static: frozenset[str] = frozenset()
 
 
 def _held(
@@ -150,10 +153,12 @@ def _held(
     value: Any,
     values: dict[str, Any],
     seen: frozenset[int],
+    static: set[str] | None = None,
 ) -> _Held:
     """A captured value as parameters: itself, the values read through it (a view), or its items.
 
-    ``read``: the paths the code reads of it (``_lookups.paths_read``), asked only for an object.
+    ``read``: the paths the code reads of it (``_lookups.paths_read``), asked only for an object;
+    ``static`` gathers the names of the values read that are static (``Leaf.static``).
     """
     if is_concrete_number(value) or is_wrapped(value) or not _lookups.viewable(value):
         values[name] = value
@@ -165,6 +170,8 @@ def _held(
         if any(_useful(leaf.value, seen) for leaf in leaves):
             for leaf in leaves:
                 values[leaf.name] = leaf.value
+                if leaf.static and static is not None:
+                    static.add(leaf.name)
             return _Held(name, plan)
     items = _number_items(value) if paths is None else None
     if items is not None:  # used whole: the list is new, its numbers leaves
@@ -222,8 +229,10 @@ def capture(fn: Any, seen: frozenset[int] = frozenset()) -> Capture | None:
     if _writes_a_cell(code) or not _lookups.getattr_is_builtin(function):
         return None
 
+    static: set[str] = set()
+
     def held(name: str, value: Any) -> _Held:
-        return _held(lambda: _lookups.paths_read(code, name), name, value, values, seen)
+        return _held(lambda: _lookups.paths_read(code, name), name, value, values, seen, static)
 
     if kind in ("method", "object") or self_bound:
         if code.co_argcount == 0:
@@ -263,6 +272,7 @@ def capture(fn: Any, seen: frozenset[int] = frozenset()) -> Capture | None:
         fn,
         held_globals,
         self_bound,
+        frozenset(static),
     )
 
 
@@ -290,6 +300,42 @@ def _held_globals(
         return ()
     values.update(more)
     return tuple(found)
+
+
+def unproved(fn: Any) -> list[str]:
+    """The look-ups of a callable's captured objects that are the class's own code and not proved
+    to give what the object holds (``_lookups.why_not``), each named by its variable: why the
+    callable stays static (what the warning says)."""
+    held: list[tuple[str, Any]] = []
+    method = _bound_method(fn)
+    if type(fn) is types.FunctionType:
+        function = fn
+    elif method is not None:
+        function, this = method
+        if function.__code__.co_argcount:
+            held.append((function.__code__.co_varnames[0], this))
+    elif isinstance(fn, functools.partial) and type(fn.func) is types.FunctionType:
+        function = fn.func
+        code = function.__code__
+        held += [*zip(code.co_varnames[: code.co_argcount], fn.args), *fn.keywords.items()]
+    elif callable(fn) and type(inspect.getattr_static(type(fn), "__call__", None)) is types.FunctionType:
+        function = inspect.getattr_static(type(fn), "__call__")
+        if function.__code__.co_argcount:
+            held.append((function.__code__.co_varnames[0], fn))
+    else:
+        return []
+    code = function.__code__
+    for name, cell in zip(code.co_freevars, function.__closure__ or ()):
+        try:
+            held.append((name, cell.cell_contents))
+        except ValueError:  # not assigned yet
+            pass
+    out: list[str] = []
+    for name, value in held:
+        if is_concrete_number(value) or is_wrapped(value) or not _lookups.viewable(value) or callable(value):
+            continue
+        out += [f"{name}: {why}" for why in _lookups.why_not(value, _lookups.paths_read(code, name))]
+    return out
 
 
 def reads_module_values(function: types.FunctionType) -> bool:
@@ -502,6 +548,92 @@ class Source:
                     )
 
 
+class StaticReads:
+    """What a static function (a mask, a label function, a callable that stays static) read of
+    the objects it holds when the optimizer was made, read again at every eager build and every
+    flatten (``_watch``), as a child's :class:`Source` is: the function is compared by those
+    values (``_static``), so the compiled program holds them; a config changed since is an error
+    naming the value, never a program of the old one run on the new config."""
+
+    __slots__ = ("label", "reads")
+
+    def __init__(
+        self, label: str, reads: list[tuple[Callable[[], Any], list[tuple[str, Callable[[Any], Any], Any]]]]
+    ):
+        self.label = label
+        self.reads = reads
+
+    def check(self) -> None:
+        for name, old, new in _changed(self.reads):
+            shown = "no longer readable" if new is _lookups.MISSING else f"now {new!r}"
+            raise ValueError(
+                f"optax_pytree: {self.label} read {name} = {old!r} when the optimizer was made, and it is "
+                f"{shown}: the function is static, part of the compiled program with the value read then "
+                "(plain optax would read the new one when it next runs or traces it): make the "
+                "optimizer again after changing the config"
+            )
+
+
+def _changed(
+    reads: list[tuple[Callable[[], Any], list[tuple[str, Callable[[Any], Any], Any]]]],
+) -> list[tuple[str, Any, Any]]:
+    """The first value read again that is not the one read then: (its name, then, now)."""
+    for root_of, readers in reads:
+        try:
+            root = root_of()
+        except ValueError:  # a cell emptied
+            root = _lookups.MISSING
+        for name, read, old in readers:
+            try:
+                new = read(root)
+            except Exception:  # noqa: BLE001 - no longer readable as it was
+                new = _lookups.MISSING
+            if new is not old and not _same(old, new):
+                return [(name, old, new)]
+    return []
+
+
+def static_reads(argument: str, fn: Any) -> StaticReads | None:
+    """The check of a static function that reads values through the objects it holds (a mask over
+    the config), or None where it reads none (see :class:`StaticReads`)."""
+    if type(fn) is types.FunctionType:
+        function, cells = fn, fn.__closure__
+    elif type(fn) is functools.partial and type(fn.func) is types.FunctionType:
+        function, cells = fn.func, fn.func.__closure__
+    else:
+        return None
+    if not cells:
+        return None
+    code = function.__code__
+    reads: list[tuple[Callable[[], Any], list[tuple[str, Callable[[Any], Any], Any]]]] = []
+    for name, cell in zip(code.co_freevars, cells):
+        try:
+            value = cell.cell_contents
+        except ValueError:
+            continue
+        if is_concrete_number(value) or is_wrapped(value) or callable(value) or not _lookups.viewable(value):
+            continue
+        node = _lookups.plan(value, _lookups.paths_read(code, name), 0)
+        if node is None:
+            continue
+        readers = [
+            (
+                leaf.name,
+                functools.partial(_lookups.read_again, fast=leaf.fast, steps=leaf.steps),
+                np.array(leaf.value, copy=True) if isinstance(leaf.value, np.ndarray) else leaf.value,
+            )
+            for leaf in _lookups.leaves_of(node, name)
+        ]
+        if readers:
+            reads.append((lambda c=cell: c.cell_contents, readers))
+    if not reads:
+        return None
+    where = f"{os.path.basename(code.co_filename)}:{code.co_firstlineno}"
+    return StaticReads(
+        f"the static function {function.__qualname__} ({where}) of argument {argument!r}", reads
+    )
+
+
 def only_wrapped(values: dict[str, Any]) -> bool:
     """No number among the values (wrapped objects and functions): a child whatever it is."""
     return not any(is_concrete_number(v) for v in values.values())
@@ -589,6 +721,7 @@ class ClosureFactory(ValueObject):
         self.__module__ = fn.__module__
         self.__doc__ = fn.__doc__
         self.__signature__ = inspect.Signature([_parameter(n) for n in captured.values])
+        self.static_names = captured.static  # made static, not leaves (``_tree.make_child``)
         self.key = key
         self.cache_hash()
 
@@ -606,6 +739,7 @@ class ClosureFactory(ValueObject):
             held,
             tuple(h.name for h in captured.globals),
             tuple(captured.values),
+            tuple(sorted(captured.static)),
         )
 
     def __call__(self, /, **values: Any) -> Any:  # positional-only: a value may be named self

@@ -761,9 +761,26 @@ def value_difference(va: Any, ka: Any, vb: Any, kb: Any, where: str) -> Found:
     return Found(f"{short(va)} vs {short(vb)}", where, "make it the same in both")
 
 
+def _numbers_text(ka: Any, kb: Any, where: str) -> str:
+    """The numbers two keys differ by, where they differ in numbers alone (``_static``): what the
+    warning of a number held static says too; "" otherwise."""
+    found = _static.number_differences(ka, kb, where)
+    if not found:
+        return ""
+    return "; ".join(f"{path or 'its value'} = {a!r} vs {b!r}" for path, a, b in found[:4])
+
+
+_NUMBER_FIX = (
+    "a number a static function holds is part of the program: each value is a compilation; read it "
+    "in a schedule (its numbers are leaves), or pass it as a hyperparameter"
+)
+
+
 def _key_difference(va: Any, ka: Any, vb: Any, kb: Any, where: str) -> Found | None:
     if isinstance(ka, _static.ByIdentity) or isinstance(kb, _static.ByIdentity):
-        return _identity(va, vb, where)
+        found = _identity(va, vb, where)
+        numbers = _numbers_text(ka, kb, where)
+        return found._replace(what=f"{found.what}, holding {numbers}") if numbers else found
     if not (isinstance(ka, tuple) and isinstance(kb, tuple) and ka and kb):
         return None
     head_a, head_b = ka[0], kb[0]
@@ -792,6 +809,8 @@ def _key_difference(va: Any, ka: Any, vb: Any, kb: Any, where: str) -> Found | N
                 )
                 return inner._replace(what=f"{text}: {inner.text()}", where=where)
         return Found(f"{text}: its attributes differ", where)
+    if head_a == "object" and (numbers := _numbers_text(ka, kb, "")):
+        return Found(f"a number held static: {numbers}", where, _NUMBER_FIX)
     if head_a == "dataclass" or head_a == "object":
         if ka[1] is not kb[1]:
             return Found(f"a {ka[1].__name__} vs a {kb[1].__name__}", where, "give the same type")
@@ -816,7 +835,11 @@ def _key_difference(va: Any, ka: Any, vb: Any, kb: Any, where: str) -> Found | N
         return Found(f"{short(va)} vs {short(vb)} ({head_a}s compared by value)", where)
     # (type, value): a hashable value, compared by ==.
     if va is not vb and type(va) is type(vb) and _compared_by_identity(va):
-        return _identity(va, vb, where)
+        found = _identity(va, vb, where)
+        numbers = _numbers_text(ka, kb, where)
+        return found._replace(what=f"{found.what}, holding {numbers}") if numbers else found
+    if (numbers := _numbers_text(ka, kb, where)) and not isinstance(va, (int, float, complex, np.number)):
+        return Found(f"a number held static: {numbers}", where, _NUMBER_FIX)
     if type(va) is not type(vb):
         return Found(f"{short(va)} vs {short(vb)} (a {type(va).__name__} vs a {type(vb).__name__})", where)
     return Found(f"{short(va)} vs {short(vb)}", where)

@@ -31,9 +31,12 @@ import builtins
 import dis
 import functools
 import inspect
+import itertools
 import sys
 import types
 from typing import Any, NamedTuple
+
+from . import _quiet
 
 # --------------------------------------------------------------------------
 # Reading code: the paths a variable is read along.
@@ -318,6 +321,11 @@ class Fail(Exception):
     """A look-up this module cannot replace safely: the object stays whole."""
 
 
+class Unproved(Fail):
+    """A look-up of the class's own code not proved to give what the object holds (:func:`_guarded`):
+    the object stays whole, and the warning says which look-up and why."""
+
+
 class _Absent(Fail):
     """The key or attribute is not there (what a ``.get`` or a ``getattr`` with a default tells)."""
 
@@ -364,20 +372,30 @@ _CONFIG_LISTS = ("omegaconf.listconfig.ListConfig",)
 _PYDANTIC = "pydantic.main.BaseModel"
 
 
-# Attribute look-ups as ``object`` does them (SimpleNamespace's is its own, and the same).
-_PLAIN_GETATTRIBUTE = (object.__getattribute__, types.SimpleNamespace.__getattribute__)
+# Attribute look-ups as ``object`` does them (SimpleNamespace's and dict's are their own, and the same:
+# a data descriptor of the class, then the instance's ``__dict__``, then the class, then ``__getattr__``).
+_PLAIN_GETATTRIBUTE = (
+    object.__getattribute__,
+    types.SimpleNamespace.__getattribute__,
+    dict.__getattribute__,
+)
 
 
 @functools.lru_cache(maxsize=1024)
-def plain_class(cls: type) -> bool:
-    """Whether ``obj.name`` on an instance is ``object``'s look-up: no ``__getattr__``, and
-    ``__getattribute__`` is ``object``'s or equinox's (which wraps bound methods, nothing else)."""
-    if hasattr(cls, "__getattr__"):
-        return False
+def _generic_getattribute(cls: type) -> bool:
+    """Whether ``obj.name`` on an instance is ``object``'s look-up (``__getattr__`` called only where it
+    finds nothing), or equinox's (which wraps bound methods, nothing else)."""
     if cls.__getattribute__ in _PLAIN_GETATTRIBUTE:
         return True
     module = next((c for c in cls.__mro__ if _is_equinox(c, "Module")), None)
     return module is not None and cls.__getattribute__ is module.__getattribute__
+
+
+@functools.lru_cache(maxsize=1024)
+def plain_class(cls: type) -> bool:
+    """Whether ``obj.name`` on an instance is ``object``'s look-up with no ``__getattr__``: what the
+    instance and its class hold, nothing computed (its methods and properties are read as code)."""
+    return not hasattr(cls, "__getattr__") and not issubclass(cls, dict) and _generic_getattribute(cls)
 
 
 def _is_equinox(cls: type, name: str) -> bool:
@@ -386,66 +404,105 @@ def _is_equinox(cls: type, name: str) -> bool:
     return cls.__qualname__ == name and (cls.__module__ or "").startswith("equinox.")
 
 
+@functools.lru_cache(maxsize=1024)
+def _static_fields(cls: type) -> frozenset[str]:
+    """The fields of an equinox module marked ``eqx.field(static=True)``: static, not leaves."""
+    if not any(_is_equinox(c, "Module") for c in cls.__mro__):
+        return frozenset()
+    fields = getattr(cls, "__dataclass_fields__", {})
+    return frozenset(n for n, f in fields.items() if getattr(f, "metadata", {}).get("static", False))
+
+
 class _Attribute(NamedTuple):
     """What ``obj.name`` is: a value, or code of its class run on it (a method or a property)."""
 
     kind: str  # "value", "method" or "property"
     value: Any  # the value; the method's or getter's function
     # How to read it again (``read_again``): "cfg" (a config dict's item), "own" (the
-    # object's ``__dict__``) or "attr" (read as here).
+    # object's ``__dict__``), "dyn-attr" (the class's own ``__getattr__``, proved to give what it
+    # holds: :func:`_guarded`) or "attr" (read as here).
     access: str = "attr"
+    static: bool = False  # an equinox field marked static
+
+
+def own_dict(obj: Any) -> dict[str, Any]:
+    """The instance's own ``__dict__`` ({} where it has none, or where the class answers
+    ``__dict__`` with code of its own, as munch's ``Munch`` does)."""
+    for c in type(obj).__mro__:
+        descriptor = c.__dict__.get("__dict__")
+        if descriptor is not None:
+            if type(descriptor) not in (types.GetSetDescriptorType, types.MemberDescriptorType):
+                return {}
+            try:
+                own = descriptor.__get__(obj, type(obj))
+            except Exception:  # noqa: BLE001 - no dict after all
+                return {}
+            return own if type(own) is dict else {}
+    return {}
 
 
 def _attribute(obj: Any, name: str) -> _Attribute:
     cls = type(obj)
     if type_named(obj, *_CONFIG_DICTS):
         if name.startswith("_") or _on_class(cls, name) is not MISSING:
-            raise Fail  # one of its methods or its own state
+            raise Fail(f"{cls.__name__}.{name} is one of its methods or its own state")
         try:
             present = name in obj
         except Exception:  # noqa: BLE001 - a config that cannot say: not read
-            raise Fail from None
+            raise Fail(f"{cls.__name__} cannot say whether it holds {name!r}") from None
         if not present:
             raise _Absent
         try:
             return _Attribute("value", getattr(obj, name), "cfg")
         except Exception:  # noqa: BLE001 - a missing value ('???'): raised in the function, as plain
-            raise Fail from None
+            raise Fail(f"{cls.__name__}.{name} cannot be read") from None
     if _is_namedtuple(obj):
         if name not in cls._fields:  # pyright: ignore[reportAttributeAccessIssue]
-            raise Fail
+            raise Fail(f"{cls.__name__}.{name} is not one of its fields")
         return _Attribute("value", getattr(obj, name))
-    own = getattr(obj, "__dict__", {})
+    if isinstance(obj, (type, types.ModuleType)) or cls in (dict, list, tuple) or _is_array(obj):
+        raise Fail(f"{cls.__name__}.{name} is not read as a value")
+    own = own_dict(obj)
     if type_named(obj, _PYDANTIC):
         fields = getattr(cls, "model_fields", None)
         if isinstance(fields, dict) and name in fields and name in own:
             return _Attribute("value", own[name], "own")
         if name.startswith("_"):
-            raise Fail  # its private attributes and extra fields answer through __getattr__
-    elif isinstance(obj, (dict, list, tuple, type, types.ModuleType)) or not plain_class(cls):
-        raise Fail
+            raise Fail(f"{cls.__name__}.{name}: its private attributes answer through __getattr__")
+    if not _generic_getattribute(cls):  # the class's own look-up answers everything
+        return _Attribute("value", _present(_guarded(obj, "attr", name)), "dyn-attr")
     found = _on_class(cls, name)
     if name in own and not _is_data_descriptor(found):
-        return _Attribute("value", own[name], "own")
+        return _Attribute("value", own[name], "own", name in _static_fields(cls))
     if found is MISSING:
         if type_named(obj, _PYDANTIC):
-            raise Fail  # an extra field, perhaps
+            raise Fail(f"{cls.__name__}.{name} may be an extra field")
+        if _on_class(cls, "__getattr__") is not MISSING:  # what the class's __getattr__ answers
+            return _Attribute("value", _present(_guarded(obj, "attr", name)), "dyn-attr")
         raise _Absent  # not there: plain Python raises; keep that to the object itself
+    if not plain_class(cls):
+        raise Fail(f"{cls.__name__}.{name} is held by the class, whose look-ups are its own")
     if isinstance(found, property):
         if found.fget is None or type(found.fget) is not types.FunctionType:
-            raise Fail
+            raise Fail(f"{cls.__name__}.{name} is a property whose code cannot be read")
         return _Attribute("property", found.fget)
     if _is_equinox(type(found), "_wrap_method"):  # equinox 0.11 wraps a module's methods
         found = getattr(found, "method", None)
         if type(found) is not types.FunctionType:
-            raise Fail
+            raise Fail(f"{cls.__name__}.{name} is a method whose code cannot be read")
     if type(found) is types.FunctionType:
         return _Attribute("method", found)
     if type(found).__name__ == "member_descriptor":  # __slots__
-        return _Attribute("value", getattr(obj, name))
+        return _Attribute("value", getattr(obj, name), static=name in _static_fields(cls))
     if callable(found) or hasattr(type(found), "__get__"):
-        raise Fail  # a classmethod, a staticmethod, another descriptor: what it reads is unknown
+        raise Fail(f"{cls.__name__}.{name} is a descriptor: what it reads is unknown")
     return _Attribute("value", found)  # a class constant
+
+
+def _present(value: Any) -> Any:
+    if value is ABSENT:
+        raise _Absent
+    return value
 
 
 def _is_namedtuple(obj: Any) -> bool:
@@ -454,58 +511,205 @@ def _is_namedtuple(obj: Any) -> bool:
     return isinstance(obj, tuple) and isinstance(getattr(type(obj), "_fields", None), tuple)
 
 
+def _is_array(obj: Any) -> bool:
+    """A NumPy or JAX array (or anything that converts to one): read whole, never indexed here."""
+    return hasattr(type(obj), "__array__") or hasattr(type(obj), "__jax_array__")
+
+
 def _is_data_descriptor(x: Any) -> bool:
     return x is not MISSING and hasattr(type(x), "__set__")
 
 
-def _item(obj: Any, key: Any) -> Any:
-    if type(obj) in (dict, list, tuple) or type_named(obj, *_CONFIG_DICTS, *_CONFIG_LISTS):
+def _item(obj: Any, key: Any) -> tuple[Any, str]:
+    """``obj[key]``, and how to read it again: "item" (a look-up whose code is known), "dyn-item"
+    (the class's own ``__getitem__``, proved to give what it holds)."""
+    cls = type(obj)
+    if cls in (dict, list, tuple) or type_named(obj, *_CONFIG_DICTS, *_CONFIG_LISTS):
         try:
-            return obj[key]
+            return obj[key], "item"
         except Exception:  # noqa: BLE001 - a missing key raises in the function itself, as plain
-            raise Fail from None
+            raise Fail(f"{cls.__name__}[{key!r}] cannot be read") from None
     if _is_namedtuple(obj):
-        return obj[key]
-    raise Fail
+        return obj[key], "item"
+    if _is_array(obj) or isinstance(obj, (str, bytes)):
+        raise Fail(f"{cls.__name__}[{key!r}] is not read as a value")
+    if isinstance(obj, dict) and _on_class(cls, "__getitem__") is _DICT_GETITEM:
+        if not dict.__contains__(obj, key):  # its __missing__ would answer
+            raise Fail(f"{cls.__name__}[{key!r}] is absent")
+        return dict.__getitem__(obj, key), "item"
+    if _on_class(cls, "__getitem__") is MISSING:
+        raise Fail(f"{cls.__name__} has no items")
+    value = _guarded(obj, "item", key)
+    if value is ABSENT:
+        raise Fail(f"{cls.__name__}[{key!r}] is absent")  # raised in the function, as plain
+    return value, "dyn-item"
 
 
-def _is_mapping(obj: Any) -> bool:
-    """A dict or a config dict: ``.get(key, default)`` is its item, or the default where absent."""
-    return type(obj) is dict or type_named(obj, *_CONFIG_DICTS)
+_DICT_GETITEM = inspect.getattr_static(dict, "__getitem__")
+_DICT_GET = inspect.getattr_static(dict, "get")
+
+
+def _get_access(obj: Any) -> str | None:
+    """How ``obj.get(key, default)`` is read: "get" (a dict's, a config dict's), "dyn-get" (the
+    class's own ``get``, a mapping's or the program's, proved to give what it holds:
+    :func:`_guarded`), or None (no ``get``)."""
+    cls = type(obj)
+    if cls is dict or type_named(obj, *_CONFIG_DICTS):
+        return "get"
+    if isinstance(obj, dict) and _on_class(cls, "get") is _DICT_GET:
+        return "get"
+    if _is_array(obj) or isinstance(obj, (str, bytes, type, types.ModuleType)):
+        return None
+    if callable(_on_class(cls, "get")):  # a mapping's, or a method of the program's class
+        return "dyn-get"
+    return None
 
 
 def _got(obj: Any, key: Any) -> Any:
-    """``obj.get(key)`` of a mapping, or :data:`ABSENT`."""
+    """``obj.get(key)`` of a mapping whose ``get`` is known, or :data:`ABSENT`."""
     try:
         value = obj.get(key, MISSING)
     except Exception:  # noqa: BLE001 - a missing value ('???'): raised in the function, as plain
-        raise Fail from None
+        raise Fail(f"{type(obj).__name__}.get({key!r}) cannot be read") from None
     return ABSENT if value is MISSING else value
+
+
+# --------------------------------------------------------------------------
+# A look-up of the class's own code, guarded: what torch.compile's guards do for a traced
+# program (record what was read, check it again), done where the code of a look-up is the
+# program's (``__getattr__``, ``__getitem__``, a mapping's ``get``). No list of known classes
+# decides it: the look-up is replaced where it is proved to give the object the config holds under
+# that name, the same object when read twice, and to leave the config as it was; the check
+# (``read_again``) does the look-up again at every flatten and eager build, as the function would.
+
+
+_RAISED = object()  # the look-up raised AttributeError or KeyError: the name is absent
+_MAX_STATE = 256  # the items of the object's storage its state is told by, at most
+
+
+def _spell_lookup(obj: Any, kind: str, key: Any) -> str:
+    cls = type(obj).__name__
+    if kind == "attr":
+        how = "__getattr__" if _generic_getattribute(type(obj)) else "__getattribute__"
+        return f"{cls}.{how}({key!r})"
+    if kind == "item":
+        return f"{cls}.__getitem__({key!r})"
+    return f"{cls}.get({key!r})"
+
+
+def _lookup_once(obj: Any, kind: str, key: Any) -> Any:
+    """The look-up as the function does it: the value, :data:`MISSING` (``.get``'s default), or
+    :data:`_RAISED`."""
+    try:
+        if kind == "attr":
+            return getattr(obj, key)
+        if kind == "item":
+            return obj[key]
+        return obj.get(key, MISSING)
+    except (AttributeError, KeyError):
+        return _RAISED
+
+
+def _places(obj: Any) -> list[dict[Any, Any]]:
+    """Where an object holds its values: its items (a dict), its ``__dict__``, and the dicts held
+    there or in its slots (``self._fields``, dotmap's ``_map``, immutabledict's ``_dict``)."""
+    out: list[dict[Any, Any]] = []
+    if isinstance(obj, dict):
+        out.append(obj)
+    own = own_dict(obj)
+    if own:
+        out.append(own)
+    held = list(own.values())
+    for c in type(obj).__mro__:
+        slots = c.__dict__.get("__slots__", ())
+        for name in (slots,) if isinstance(slots, str) else slots:
+            descriptor = c.__dict__.get(name)
+            if isinstance(descriptor, types.MemberDescriptorType):
+                try:
+                    held.append(descriptor.__get__(obj, type(obj)))
+                except AttributeError:  # an empty slot
+                    pass
+    out += [h for h in held if isinstance(h, dict) and h is not obj and h is not own]
+    return out
+
+
+def _state(obj: Any) -> tuple[Any, ...]:
+    """What the object holds, by identity: a look-up that changes it (counts, caches, makes an
+    absent key) is not a read."""
+    return tuple(
+        tuple((k, id(v)) for k, v in itertools.islice(dict.items(p), _MAX_STATE)) for p in _places(obj)
+    )
+
+
+def _guarded(obj: Any, kind: str, key: Any) -> Any:
+    """The value of a look-up of the class's own code (``kind``: "attr", "item", "get"), or
+    :data:`ABSENT`; :class:`Fail` (saying why) where it is not proved to give what the object holds.
+    """
+    where = _spell_lookup(obj, kind, key)
+    try:
+        before = _state(obj)
+        with _quiet.quietly():
+            first = _lookup_once(obj, kind, key)
+            second = _lookup_once(obj, kind, key)
+        after = _state(obj)
+    except Exception as e:  # noqa: BLE001 - it raises: the object stays whole
+        raise Unproved(f"{where} raises {type(e).__name__}") from None
+    if after != before:
+        raise Unproved(f"{where} changes the object when it is read")
+    if first is not second:
+        try:
+            equal = bool(first == second)
+        except Exception:  # noqa: BLE001 - cannot say
+            equal = False
+        if equal:
+            raise Unproved(f"{where} computes its value (a new object each time it is read)")
+        raise Unproved(f"{where} gives another value each time it is read")
+    try:
+        stored = [p[key] for p in _places(obj) if dict.__contains__(p, key)]
+    except TypeError:  # an unhashable key
+        stored = []
+    if first is MISSING or first is _RAISED:
+        if stored:
+            raise Unproved(f"{where} does not give the value it holds under {key!r}")
+        return ABSENT
+    if not any(s is first for s in stored):
+        raise Unproved(f"{where} computes its value (it is not a value the object holds under {key!r})")
+    return first
+
+
+def _read_once(obj: Any, access: str, key: Any) -> Any:
+    """A guarded look-up done again (:func:`read_again`): the value, or :data:`ABSENT`."""
+    value = _lookup_once(obj, access[4:], key)
+    return ABSENT if value is MISSING or value is _RAISED else value
 
 
 def resolve(obj: Any, steps: Path) -> Any:
     """What ``steps`` read of ``obj`` now: a value, or :data:`ABSENT` where it is absent."""
     for kind, key in steps:
         if kind == "get":
-            obj = _got(obj, key)
+            access = _get_access(obj)
+            if access is None:
+                raise Fail(f"{type(obj).__name__}.get is not a mapping's")
+            obj = _got(obj, key) if access == "get" else _guarded(obj, "get", key)
             if obj is ABSENT:
                 return ABSENT
         elif kind == "item":
-            obj = _item(obj, key)
+            obj = _item(obj, key)[0]
         else:
             try:
                 found = _attribute(obj, key)
             except _Absent:
                 return ABSENT
             if found.kind != "value":
-                raise Fail
+                raise Fail(f"{type(obj).__name__}.{key} is code")
             obj = found.value
     return obj
 
 
 # How a look-up was done when the plan was made, to be done again: (access, the object's type
 # then, key); access is "item", "get", "cfg" (a config dict's attribute: its item), "own" (an
-# attribute in the object's ``__dict__``) or "attr" (any other attribute, read as planned).
+# attribute in the object's ``__dict__``), "dyn-attr", "dyn-item", "dyn-get" (the class's own
+# look-up, done again as the function does it) or "attr" (any other attribute, read as planned).
 Fast = tuple[tuple[str, type, Any], ...]
 
 
@@ -526,6 +730,8 @@ def read_again(root: Any, fast: Fast, steps: Path) -> Any:
             value = value[key]
         elif access == "get":
             value = _got(value, key)
+        elif access.startswith("dyn-"):
+            value = _read_once(value, access, key)
         else:
             value = _attribute_value(value, key)
         if value is ABSENT:
@@ -539,7 +745,7 @@ def _attribute_value(obj: Any, name: str) -> Any:
     except _Absent:
         return ABSENT
     if found.kind != "value":
-        raise Fail
+        raise Fail(f"{type(obj).__name__}.{name} is code")
     return found.value
 
 
@@ -569,13 +775,15 @@ class Node:
 class Leaf:
     """A value read whole: a parameter of the factory, read along ``steps`` from the captured object."""
 
-    __slots__ = ("fast", "name", "steps", "value")
+    __slots__ = ("fast", "name", "static", "steps", "value", "why")
 
-    def __init__(self, value: Any, steps: Path, fast: Fast):
+    def __init__(self, value: Any, steps: Path, fast: Fast, static: bool = False, why: str = ""):
         self.value = value
         self.steps = steps
         self.fast = fast  # the look-ups as they were done (``read_again``)
         self.name = ""
+        self.static = static  # an equinox field marked ``eqx.field(static=True)``: static, not a leaf
+        self.why = why  # read whole because a deeper look-up was not replaced safely: why
 
 
 class _Code(NamedTuple):
@@ -599,17 +807,41 @@ def plan(obj: Any, paths: tuple[Path, ...] | None, depth: int, at: Path = (), fa
     return node
 
 
+def why_not(obj: Any, paths: tuple[Path, ...] | None) -> list[str]:
+    """Why what ``paths`` read of ``obj`` is not replaced, look-up by look-up: the look-ups of the
+    class's own code not proved to give what it holds (:func:`_guarded`), the first one that stops
+    the plan and those that make a value read whole. Empty where nothing of that kind failed."""
+    if paths is None:
+        return []
+    node = Node()
+    try:
+        for path in paths:
+            _add(node, obj, path, 0, (), ())
+    except Unproved as e:
+        return [str(e)]
+    except Fail:
+        return []
+    return [leaf.why for leaf in leaves_of(node, "") if leaf.why]
+
+
 def _add(node: Node, obj: Any, path: Path, depth: int, at: Path, fast: Fast) -> None:
     (kind, key), rest = path[0], path[1:]
     cls = type(obj)
-    if kind == "get" and not _is_mapping(obj):
+    static = False
+    get = _get_access(obj) if kind == "get" else None
+    if kind == "get" and get is None:
         kind, key, rest = "call", "get", ()  # a method ``get`` of the object's class
     if kind in ("item", "get"):
-        value = _got(obj, key) if kind == "get" else _item(obj, key)
+        if get == "get":
+            value, how = _got(obj, key), "get"
+        elif get == "dyn-get":
+            value, how = _guarded(obj, "get", key), "dyn-get"
+        else:
+            value, how = _item(obj, key)
         if value is ABSENT:
             node.absent[("item", key)] = (*at, (kind, key))
             return
-        table, step, access = node.items, (kind, key), (kind, cls, key)
+        table, step, access = node.items, (kind, key), (how, cls, key)
     else:
         try:
             found = _attribute(obj, key)
@@ -621,29 +853,29 @@ def _add(node: Node, obj: Any, path: Path, depth: int, at: Path, fast: Fast) -> 
         table, step, access = node.attrs, ("attr", key), (found.access, cls, key)
         if found.kind != "value":
             if rest or (kind == "call") != (found.kind == "method"):
-                raise Fail  # a method read as a value, or looked into
+                raise Fail(f"{cls.__name__}.{key} is code, read as a value or looked into")
             code = found.value.__code__
             if code.co_argcount == 0 or not getattr_is_builtin(found.value):
-                raise Fail
+                raise Fail(f"{cls.__name__}.{key}'s code cannot be read")
             inner = plan(obj, paths_read(code, code.co_varnames[0]), depth + 1, at, fast)
             if inner is None:
-                raise Fail
+                raise Fail(f"{cls.__name__}.{key}'s code reads what cannot be replaced")
             table[key] = _Code(found.kind, found.value)
             _merge(node, inner)
             return
-        value = found.value
+        value, static = found.value, found.static
         if kind == "call":  # a callable value held by the object: called as it is
             rest = ()
     held = table.get(key)
     at, fast = (*at, step), (*fast, access)
     if not rest or isinstance(held, Leaf) or not viewable(value):
-        table[key] = Leaf(value, at, fast)  # read whole: what is read deeper is in it
+        table[key] = Leaf(value, at, fast, static)  # read whole: what is read deeper is in it
         return
     inner = Node() if held is None else held
     try:
         _add(inner, value, rest, depth, at, fast)
-    except Fail:  # a deeper look-up not replaced safely: this value is read whole, as it is
-        table[key] = Leaf(value, at, fast)
+    except Fail as e:  # a deeper look-up not replaced safely: this value is read whole, as it is
+        table[key] = Leaf(value, at, fast, static, str(e) if isinstance(e, Unproved) else "")
         return
     table[key] = inner
 
@@ -702,7 +934,7 @@ def shape(node: Node) -> Any:
 
     def part(x: Any) -> Any:
         if isinstance(x, Leaf):
-            return ("leaf", x.name)
+            return ("leaf", x.name, x.static)
         if isinstance(x, _Code):
             return (x.kind, x.function)
         return shape(x)

@@ -37,6 +37,7 @@ import enum
 import functools
 import types
 import typing
+from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -285,4 +286,147 @@ def held_by_identity(key: Any) -> list[Any]:
                 walk(item)
 
     walk(key)
+    return out
+
+
+# --------------------------------------------------------------------------
+# Where two keys differ by numbers alone: what a recompilation of a number held static says.
+
+_NO_NUMBER = object()
+
+
+def _number_of(key: Any) -> Any:
+    """The number a frozen key holds (a Python or NumPy number, no bool), else ``_NO_NUMBER``."""
+    if not (type(key) is tuple and len(key) in (2, 3) and isinstance(key[0], type)):
+        return _NO_NUMBER
+    kind = key[0]
+    if kind is float and len(key) == 2 and isinstance(key[1], str):
+        return float.fromhex(key[1])
+    if kind is complex and len(key) == 3:
+        return complex(float.fromhex(key[1]), float.fromhex(key[2]))
+    if kind is int and len(key) == 2 and type(key[1]) is int:
+        return key[1]
+    if issubclass(kind, np.number) and len(key) == 2 and isinstance(key[1], bytes):
+        return np.frombuffer(key[1], dtype=kind)[0]
+    if issubclass(kind, np.number) and len(key) == 2 and isinstance(key[1], np.number):
+        return key[1]
+    return _NO_NUMBER
+
+
+def _named(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+def number_differences(a: Any, b: Any, path: str = "") -> list[tuple[str, Any, Any]] | None:
+    """Where two frozen keys (:func:`freeze`) differ, when they differ in numbers alone: each
+    difference's path (``config['lr']``, a closure's cell ``rate``, ``args[0]``) and the two
+    numbers; None where they differ in anything else (a structure, a string, an identity)."""
+    if a == b:
+        return []
+    if isinstance(a, ByIdentity) and isinstance(b, ByIdentity):
+        return _state_differences(a.value, b.value, path, 0) or None  # the same state: identity alone
+    na, nb = _number_of(a), _number_of(b)
+    if na is not _NO_NUMBER and nb is not _NO_NUMBER:
+        return [(path, na, nb)] if type(na) is type(nb) else None
+    if not (type(a) is tuple and type(b) is tuple and len(a) == len(b) and a and a[0] == b[0]):
+        return None
+    head = a[0]
+    pairs: list[tuple[str, Any, Any]] = []
+    if head == "function":
+        if a[1] is not b[1] or a[2:6] != b[2:6]:
+            return None
+        for name, ca, cb in zip(a[1].co_freevars, a[6], b[6]):
+            if type(ca) is tuple and ca and ca[0] == "object":
+                pairs.append(("", ca, cb))  # its values are named from the function (``config.lr``)
+            else:
+                pairs.append((name, ca, cb))
+        if len(a) > 7:  # what it reads of its module's globals (``_globals_key``)
+            if len(a[7]) != len(b[7]):
+                return None
+            for g, h in zip(a[7], b[7]):
+                if len(g) == len(h) == 2 and g[0] == h[0]:
+                    pairs.append((g[0], g[1], h[1]))
+                elif len(g) == len(h) == 4 and g[:3] == h[:3]:
+                    pairs += [(n, x, y) for (n, x), (_, y) in zip(g[3], h[3])]
+                elif g != h:
+                    return None
+        return _all_numbers(pairs, path)
+    if head == "object":
+        if a[1] is not b[1] or a[2] != b[2] or len(a[3]) != len(b[3]):
+            return None
+        return _all_numbers([(n, x, y) for (n, x), (_, y) in zip(a[3], b[3])], path)
+    if head == "dataclass":
+        if a[1] is not b[1]:
+            return None
+        return _all_numbers([(f"{path}.{n}", x, y) for (n, x), (_, y) in zip(a[2], b[2])], "")
+    if head in (dict, list, tuple) and len(a) == 2:
+        if [k for k, _ in a[1]] != [k for k, _ in b[1]]:
+            return None
+        return _all_numbers([(f"{path}[{k!r}]", x, y) for (k, x), (_, y) in zip(a[1], b[1])], "")
+    if isinstance(head, type) and issubclass(head, functools.partial) and len(a) == 5:
+        if a[1] != b[1] or a[4] != b[4]:
+            return None
+        args = number_differences(a[2], b[2], _named(path, "args"))
+        keywords = number_differences(a[3], b[3], path)
+        return None if args is None or keywords is None else args + keywords
+    if isinstance(head, type) and len(a) == 2 and isinstance(a[1], Mapping) and isinstance(b[1], Mapping):
+        ma, mb = a[1], b[1]  # a hashable mapping compared by value (immutabledict, frozendict)
+        if list(ma) != list(mb):
+            return None
+        return _all_numbers([(f"{path}[{k!r}]", _freeze(ma[k], ()), _freeze(mb[k], ())) for k in ma], "")
+    if isinstance(head, type) and len(a) == 2 and type(a[1]) is head and type(b[1]) is head:
+        return _state_differences(a[1], b[1], path, 0) or None  # an object compared by its ==
+    return None
+
+
+_PLAIN_NUMBERS = (int, float, complex, np.number)
+_MAX_STATE_DEPTH = 4
+
+
+def _state_differences(x: Any, y: Any, path: str, depth: int) -> list[tuple[str, Any, Any]] | None:
+    """Where two objects of the program's (compared by identity, or by their own ``==``) differ
+    in what they hold, when in numbers alone (their items, attributes and the dicts held there)."""
+    if x is y:
+        return []
+    if isinstance(x, _PLAIN_NUMBERS) and not isinstance(x, bool) and type(x) is type(y):
+        inexact = isinstance(x, (float, complex, np.inexact))
+        same = _number_key(x) == _number_key(y) if inexact else bool(x == y)
+        return [] if same else [(path, x, y)]
+    if type(x) is not type(y) or depth > _MAX_STATE_DEPTH:
+        return None
+    if x is None or isinstance(x, (str, bytes, bool)):
+        return [] if x == y else None
+    pairs: list[tuple[str, Any, Any]] = []
+    if isinstance(x, (dict, Mapping)):
+        if list(x) != list(y):
+            return None
+        pairs += [(f"{path}[{k!r}]", x[k], y[k]) for k in x]
+    elif type(x) in (list, tuple):
+        items_x: Any = x
+        items_y: Any = y
+        if len(items_x) != len(items_y):
+            return None
+        pairs += [(f"{path}[{i}]", u, v) for i, (u, v) in enumerate(zip(items_x, items_y))]
+    own_x, own_y = _lookups.own_dict(x), _lookups.own_dict(y)
+    if list(own_x) != list(own_y):
+        return None
+    pairs += [(f"{path}.{k}", own_x[k], own_y[k]) for k in own_x]
+    if not pairs:
+        return None
+    out: list[tuple[str, Any, Any]] = []
+    for at, u, v in pairs:
+        found = _state_differences(u, v, at, depth + 1)
+        if found is None:
+            return None
+        out += found
+    return out
+
+
+def _all_numbers(pairs: list[tuple[str, Any, Any]], path: str) -> list[tuple[str, Any, Any]] | None:
+    out: list[tuple[str, Any, Any]] = []
+    for name, x, y in pairs:
+        found = number_differences(x, y, _named(path, name) if name else path)
+        if found is None:
+            return None
+        out += found
     return out

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 # pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 import copy
+import functools
 import operator
+import types
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
@@ -30,6 +32,7 @@ from . import (
     _jaxprs,
     _leaves,
     _trace_context,  # noqa: F401  # pyright: ignore[reportUnusedImport] - imported for its effect: the trace context
+    _watch,
 )
 from ._bind import Wrapped
 from ._classify import NO_OPTIONS, Options
@@ -432,8 +435,21 @@ def make(
     previous: Spec | None = None,
     kept: Kept = None,
 ) -> Any:
-    """The wrapped object for these arguments: the pipeline's steps, then :func:`new`."""
-    return new(*(_pipeline or _import_pipeline()).make(info, arguments, options, make_child, previous, kept))
+    """The wrapped object for these arguments: the pipeline's steps, then :func:`new`; watched
+    (``_watch``) where a static function of its arguments reads values through an object it holds
+    (``_closures.static_reads``)."""
+    made = (_pipeline or _import_pipeline()).make(info, arguments, options, make_child, previous, kept)
+    obj = new(*made)
+    roles = made.spec.roles
+    for name, value in arguments.items():
+        if roles.get(name) is Role.STATIC and type(value) in _CHECKED_FUNCTIONS:
+            reads = _closures.static_reads(name, value)
+            if reads is not None:
+                obj = _watch.watch(obj, reads)
+    return obj
+
+
+_CHECKED_FUNCTIONS = (types.FunctionType, functools.partial)
 
 
 def make_child(factory: Any, values: dict[str, Any]) -> Any:
@@ -444,9 +460,11 @@ def make_child(factory: Any, values: dict[str, Any]) -> Any:
     A callable holding wrapped objects and functions alone is always a
     child: its rebuild calls the same schedules.
     """
+    static = getattr(factory, "static_names", frozenset())  # equinox's static fields
+    options = Options(static=static) if static else NO_OPTIONS
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        child = make(_bind.factory_info(factory), values, NO_OPTIONS)
+        child = make(_bind.factory_info(factory), values, options)
     if _closures.only_wrapped(values):
         return child
     spec = child._core.spec

@@ -48,10 +48,24 @@ def watch(obj: Any, source: Any) -> Any:
     cls = _SUBCLASSES.get(base) or _subclass(base)
     core = obj._core
     if source is not None:
-        core.source = source
+        held = getattr(core, "source", None)  # a closure's child whose static function reads too
+        core.source = source if held is None else _Both(held, source)
     obj.__dict__["_aux"] = (core.spec, _base_structure(obj, base))
     object.__setattr__(obj, "__class__", cls)  # the class swap: its own pytree registration
     return obj
+
+
+class _Both:
+    """Two sources of one object, checked in turn."""
+
+    __slots__ = ("first", "second")
+
+    def __init__(self, first: Any, second: Any):
+        self.first, self.second = first, second
+
+    def check(self) -> None:
+        self.first.check()
+        self.second.check()
 
 
 def _base_structure(obj: Any, base: type) -> Any:

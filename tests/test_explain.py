@@ -110,14 +110,15 @@ def test_a_chain_of_another_length() -> None:
 
 
 class _Config:
-    """A config object read through ``__getattr__``: no ``__eq__``, so compared by identity."""
+    """A config object whose ``__getattr__`` computes what it gives (not a value it holds, so not
+    replaced: the object stays whole) and no ``__eq__``, so compared by identity."""
 
     def __init__(self, **values: float):
         self.values = values
 
     def __getattr__(self, name: str) -> Any:
         try:
-            return self.__dict__["values"][name]
+            return self.__dict__["values"][name] + 0.0
         except KeyError:
             raise AttributeError(name) from None
 
