@@ -42,7 +42,7 @@ from typing import Any, TypeAlias, TypeVar
 
 import jax
 
-from . import _closures, _leaves, _static
+from . import _closures, _leaves, _recompiled, _static
 from ._annotations import Renderer
 from ._bind import FactoryInfo, Wrapped, is_wrapped
 from ._children import SLOT as SLOT  # pickles of templates written before name it here
@@ -209,12 +209,6 @@ def _with_closure_children(value: Any, make_child: MakeChild | None) -> Any:
 
 _WARNED: set[tuple[str, int]] = set()  # the code locations warned about, once each
 _CHECKED: set[tuple[str, int]] = set()  # the code locations whose look-ups were read (``unproved``)
-_RECOMPILED: set[tuple[str, int]] = set()  # the code locations warned about a number held static
-# (factory, argument, code location) -> the key of the static callable given there last: a second
-# optimizer built by the same code that differs from it by numbers alone is a recompilation that
-# the warning names (what a sweep a user believes is one compilation shows). A few hundred at most.
-_LAST: dict[tuple[str, str, tuple[str, int]], Any] = {}
-_MAX_LAST = 256
 
 
 def _warn_static(info: FactoryInfo, name: str, value: Any, frozen: Any) -> None:
@@ -267,25 +261,20 @@ def _warn_static(info: FactoryInfo, name: str, value: Any, frozen: Any) -> None:
 
 def _warn_recompiled(place: str, at: tuple[str, str, tuple[str, int]], frozen: Any) -> None:
     """Warns, once per code location, where a static callable differs from the one the same code
-    gave before by numbers alone: a recompilation, never a silent one."""
-    last = _LAST.pop(at, None)
-    if len(_LAST) >= _MAX_LAST:
-        _LAST.pop(next(iter(_LAST)))
-    _LAST[at] = frozen
-    if last is None or at[2] in _RECOMPILED or last == frozen:
+    gave before by numbers alone (``_recompiled``)."""
+    before = _recompiled.last(at, frozen)
+    if before is None or before == frozen or _recompiled.warned(at[2]):
         return
-    found = _static.number_differences(last, frozen)
-    if not found:
-        return
-    _RECOMPILED.add(at[2])
-    shown = "; ".join(f"{path or 'its value'} = {a!r}, now {b!r}" for path, a, b in found[:4])
-    warnings.warn(
-        f"optax_pytree: {place}, is static, and this optimizer differs from one the same code built "
-        f"before only by a number it holds static ({shown}): each value is a new compilation. The "
-        "function is part of the program, not a schedule whose numbers are leaves (optax_pytree.explain(a, "
-        "b) says why); read the number in a schedule, or pass it as a hyperparameter",
-        stacklevel=_user_stacklevel(),
-    )
+    found = _static.number_differences(before, frozen)
+    if found:
+        _recompiled.warn(
+            at[2],
+            f"optax_pytree: {place}, is static, and this optimizer differs from one the same code built "
+            f"before only by a number it holds static ({_recompiled.shown(found)}): each value is a new "
+            "compilation. The function is part of the program, not a schedule whose numbers are leaves "
+            "(optax_pytree.explain(a, b) says why); read the number in a schedule, or pass it as a "
+            "hyperparameter",
+        )
 
 
 def _user_stacklevel() -> int:

@@ -68,7 +68,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _lookups, _watch
+from . import _lookups, _recompiled, _static, _watch
 from ._bind import is_wrapped
 from ._caches import cache
 from ._leaves import is_concrete_number
@@ -834,7 +834,37 @@ def child(fn: Any, make: Callable[[Any, dict[str, Any]], Any], freeze: Callable[
     if schedule_like is None:
         schedule_like = is_schedule_like(fn)
         _SCHEDULE_LIKE.set(spec, schedule_like)
-    return wrapped if schedule_like else None  # a mask, a label or skip function: static, by value
+    if not schedule_like:
+        return None  # a mask, a label or skip function: static, by value
+    _warn_recompiled(factory, spec)
+    return wrapped
+
+
+def _warn_recompiled(factory: ClosureFactory, spec: Any) -> None:
+    """Warns, once per code location, where a child differs from the one its code made before by
+    the numbers it holds static alone (``config.pieces`` in a ``range``): a recompilation
+    (``_recompiled``)."""
+    where = (factory.code.co_filename, factory.code.co_firstlineno)
+    before = _recompiled.last(factory, spec)
+    if before is None or before is spec or _recompiled.warned(where) or before.roles != spec.roles:
+        return
+    a, b = before.static, spec.static
+    if list(a) != list(b):
+        return
+    found: list[tuple[str, Any, Any]] = []
+    for name in a:
+        differences = _static.number_differences(_static.freeze(a[name]), _static.freeze(b[name]), name)
+        if differences is None or (differences and name not in spec.detected):
+            return  # another static value, or one the program marked static (eqx.field(static=True))
+        found += differences
+    if found:
+        _recompiled.warn(
+            where,
+            f"optax_pytree: the schedule {factory.__qualname__} ({factory.where()}) holds numbers static "
+            f"(it needs them as Python values: {', '.join(sorted(spec.detected))}), "
+            f"and this optimizer differs from one it made before only there ({_recompiled.shown(found)}): "
+            "each value is a new compilation; optax_pytree.explain(a, b) says why",
+        )
 
 
 _SCHEDULE_LIKE = cache("spec of a closure's child -> whether the callable is a schedule", 1024)

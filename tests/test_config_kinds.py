@@ -306,6 +306,24 @@ def test_a_look_up_not_proved_stays_static_with_a_warning_naming_it_and_a_recomp
     report = str(opx.explain(first, second))
     assert "adamw.mask" in report and "config.threshold = 2 vs 1" in report, report
 
+    # A schedule's number it needs as a Python value (a range): static, and named when it differs.
+    def stepped(pieces: int) -> Any:
+        config = Fields(lr=0.1, pieces=pieces)
+
+        def schedule(step: Any) -> Any:
+            value = config.lr * jnp.ones(())
+            for i in range(config.pieces):
+                value = jnp.where(step > 2 * (i + 1), value / 2.0, value)
+            return value
+
+        return dropin.sgd(schedule)
+
+    three = stepped(3)
+    assert three.learning_rate.static_argnames == ("config.pieces",)
+    with pytest.warns(UserWarning, match=r"stepped.<locals>.schedule .* \(config\.pieces = 3, now 4\)"):
+        four = stepped(4)
+    assert "config.pieces" in str(opx.explain(three, four))
+
 
 # --------------------------------------------------------------------------
 # The two forms left from issue 43.
