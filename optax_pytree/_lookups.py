@@ -395,7 +395,7 @@ def _generic_getattribute(cls: type) -> bool:
 def plain_class(cls: type) -> bool:
     """Whether ``obj.name`` on an instance is ``object``'s look-up with no ``__getattr__``: what the
     instance and its class hold, nothing computed (its methods and properties are read as code)."""
-    return not hasattr(cls, "__getattr__") and not issubclass(cls, dict) and _generic_getattribute(cls)
+    return not hasattr(cls, "__getattr__") and _generic_getattribute(cls)
 
 
 def _is_equinox(cls: type, name: str) -> bool:

@@ -609,7 +609,12 @@ class _Magic:
         return self._values[name] * 1.0
 
 
-def test_what_cannot_be_read_safely_keeps_the_object_static_and_the_numbers_right() -> None:
+def test_what_cannot_be_read_safely_is_static_and_a_mask_is_compared_by_what_it_reads() -> None:
+    _what_cannot_be_read_safely_keeps_the_object_static_and_the_numbers_right()
+    _two_configs_differing_only_where_read_are_distinct_static_values()
+
+
+def _what_cannot_be_read_safely_keeps_the_object_static_and_the_numbers_right() -> None:
     def build(optax: Any, lr: float) -> Any:
         config = _Magic(lr=lr)
         return optax.sgd(lambda step: config.lr / (1.0 + step))
@@ -661,7 +666,7 @@ def test_reading_code_fails_closed_on_an_instruction_it_does_not_know(
         _lookups.paths_read.cache_clear()
 
 
-def test_two_configs_differing_only_where_read_are_distinct_static_values() -> None:
+def _two_configs_differing_only_where_read_are_distinct_static_values() -> None:
     # A mask (not a schedule) stays static, compared by the values it reads.
     def masked(threshold: int, name: str) -> Any:
         config = types.SimpleNamespace(threshold=threshold, name=name)

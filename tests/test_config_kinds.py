@@ -176,8 +176,7 @@ def _by_item(optax: Any, cfg: Any) -> Any:
     )
 
 
-def test_a_schedule_over_a_config_of_any_kind_compiles_once_with_plain_optax_s_numbers() -> None:
-    # One test of the default run (its budget): every kind in turn.
+def _a_schedule_over_a_config_of_any_kind_compiles_once_with_plain_optax_s_numbers() -> None:
     tx: Any = None
     cfg: Any = None
     for kind, (make, attribute, change) in KINDS.items():
@@ -266,9 +265,7 @@ UNPROVED = {
 }
 
 
-def test_a_look_up_not_proved_stays_static_with_a_warning_naming_it_and_a_recompilation_is_never_silent() -> (
-    None
-):
+def _a_look_up_not_proved_stays_static_with_a_warning_naming_it_and_a_recompilation_is_never_silent() -> None:
     for cls, (schedule_of, reason) in UNPROVED.items():
         with pytest.warns(UserWarning, match=rf"argument 'learning_rate', .* \(cfg: {reason}") as caught:
             a = dropin.sgd(schedule_of(cls(lr=0.1)))
@@ -329,7 +326,7 @@ def test_a_look_up_not_proved_stays_static_with_a_warning_naming_it_and_a_recomp
 # The two forms left from issue 43.
 
 
-def test_a_static_function_s_config_is_checked_and_an_equinox_static_field_is_static() -> None:
+def _a_static_function_s_config_is_checked_and_an_equinox_static_field_is_static() -> None:
     config = Fields(threshold=2)
     tx = dropin.adamw(0.1, mask=lambda p: jax.tree.map(lambda x: x.ndim >= config.threshold, p))
     _, run = _counted()
@@ -399,7 +396,7 @@ def scenic(optax: Any, lr: float) -> Any:
     return optax.adamw(lr_fn, weight_decay=1e-4)
 
 
-def test_public_programs_with_a_config_class_of_their_own_compile_once() -> None:
+def _public_programs_with_a_config_class_of_their_own_compile_once() -> None:
     for builder in (ferminet, scenic):
         traces, run = _counted()
         step = jax.jit(run)
@@ -420,3 +417,11 @@ def test_public_programs_with_a_config_class_of_their_own_compile_once() -> None
         "config['steps_per_cycle']",
         "config['warmup_steps']",
     }
+
+
+def test_configs_of_any_kind_compile_once_and_what_cannot_is_static_named_and_checked() -> None:
+    # One test of the default run (its budget), each part a function above.
+    _a_schedule_over_a_config_of_any_kind_compiles_once_with_plain_optax_s_numbers()
+    _public_programs_with_a_config_class_of_their_own_compile_once()
+    _a_look_up_not_proved_stays_static_with_a_warning_naming_it_and_a_recompilation_is_never_silent()
+    _a_static_function_s_config_is_checked_and_an_equinox_static_field_is_static()
