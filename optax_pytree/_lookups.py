@@ -677,12 +677,6 @@ def _guarded(obj: Any, kind: str, key: Any) -> Any:
     return first
 
 
-def _read_once(obj: Any, access: str, key: Any) -> Any:
-    """A guarded look-up done again (:func:`read_again`): the value, or :data:`ABSENT`."""
-    value = _lookup_once(obj, access[4:], key)
-    return ABSENT if value is MISSING or value is _RAISED else value
-
-
 def resolve(obj: Any, steps: Path) -> Any:
     """What ``steps`` read of ``obj`` now: a value, or :data:`ABSENT` where it is absent."""
     for kind, key in steps:
@@ -730,8 +724,12 @@ def read_again(root: Any, fast: Fast, steps: Path) -> Any:
             value = value[key]
         elif access == "get":
             value = _got(value, key)
-        elif access.startswith("dyn-"):
-            value = _read_once(value, access, key)
+        elif access == "dyn-attr":  # the class's own look-ups, done as the function does them
+            value = getattr(value, key, ABSENT)
+        elif access == "dyn-item":
+            value = value[key]
+        elif access == "dyn-get":
+            value = value.get(key, ABSENT)
         else:
             value = _attribute_value(value, key)
         if value is ABSENT:
