@@ -59,6 +59,7 @@ from __future__ import annotations
 import dis
 import functools
 import inspect
+import operator
 import os
 import types
 from collections.abc import Callable
@@ -593,39 +594,89 @@ def _changed(
     return []
 
 
+_Reads = list[tuple[Callable[[], Any], list[tuple[str, Callable[[Any], Any], Any]]]]
+_IMMUTABLE = (int, float, complex, str, bytes, bool, type(None), tuple, frozenset)
+
+
+def _value_reads(name: str, value: Any, root: Callable[[], Any], code: types.CodeType | None) -> _Reads:
+    """How a check reads again a value a static function holds, as its key compared it
+    (``_static._function_key``): an immutable value itself (a cell rebound is a change), the
+    values read through an object (its plan). Functions, wrapped objects and mutable values used
+    whole: none (the function may keep its own state in a list it appends to)."""
+    if callable(value) or is_wrapped(value):
+        return []
+    if type(value) in _IMMUTABLE or is_concrete_number(value):
+        return [(root, [(name, _itself, value)])]
+    if code is not None and _lookups.viewable(value):
+        node = _lookups.plan(value, _lookups.paths_read(code, name), 0)
+        if node is not None:
+            readers = [
+                (
+                    leaf.name,
+                    functools.partial(_lookups.read_again, fast=leaf.fast, steps=leaf.steps),
+                    np.array(leaf.value, copy=True) if isinstance(leaf.value, np.ndarray) else leaf.value,
+                )
+                for leaf in _lookups.leaves_of(node, name)
+            ]
+            return [(root, readers)] if readers else []
+    return []  # used whole (passed on, iterated): the function may keep its own state there
+
+
+def _global_reads(function: types.FunctionType) -> _Reads:
+    """What a static function, and the functions of its module it calls, read of the module's
+    globals that its key holds (``_static._globals_key``): numbers, and values read through objects."""
+    out: _Reads = []
+    for f in _lookups.reachable([function]):
+        namespace = f.__globals__
+        for name in sorted(_lookups.globals_read(f.__code__).names):
+            value = namespace.get(name, _lookups.MISSING)
+            root = functools.partial(namespace.get, name, _lookups.MISSING)
+            if is_concrete_number(value) and not isinstance(value, (np.ndarray, jax.Array)):
+                out.append((root, [(f"the global {name}", _itself, value)]))
+            elif _lookups.viewable(value) and not callable(value) and not is_wrapped(value):
+                node = _lookups.plan(value, _lookups.global_paths_read(f.__code__, name), 0)
+                if node is not None:
+                    leaves = _lookups.leaves_of(node, name)
+                    read = [
+                        (
+                            leaf.name,
+                            functools.partial(_lookups.read_again, fast=leaf.fast, steps=leaf.steps),
+                            leaf.value,
+                        )
+                        for leaf in leaves
+                    ]
+                    out += [(root, read)] if read else []
+    return out
+
+
 def static_reads(argument: str, fn: Any) -> StaticReads | None:
-    """The check of a static function that reads values through the objects it holds (a mask over
-    the config), or None where it reads none (see :class:`StaticReads`)."""
+    """The check of a static function (a function, or a ``functools.partial`` of one) that holds
+    values (its cells, the partial's arguments, the globals of its module it reads), or None
+    where it holds none (see :class:`StaticReads`)."""
     if type(fn) is types.FunctionType:
-        function, cells = fn, fn.__closure__
+        function, args, keywords = fn, (), {}
     elif type(fn) is functools.partial and type(fn.func) is types.FunctionType:
-        function, cells = fn.func, fn.func.__closure__
+        function, args, keywords = fn.func, fn.args, fn.keywords
     else:
         return None
-    if not cells:
-        return None
     code = function.__code__
-    reads: list[tuple[Callable[[], Any], list[tuple[str, Callable[[Any], Any], Any]]]] = []
-    for name, cell in zip(code.co_freevars, cells):
+    reads: _Reads = []
+    for name, cell in zip(code.co_freevars, function.__closure__ or ()):
+        if _writes_a_cell(code, frozenset((name,))):
+            continue  # its own state (``nonlocal``), as plain optax's function keeps it
         try:
             value = cell.cell_contents
-        except ValueError:
+        except ValueError:  # not assigned yet
             continue
-        if is_concrete_number(value) or is_wrapped(value) or callable(value) or not _lookups.viewable(value):
-            continue
-        node = _lookups.plan(value, _lookups.paths_read(code, name), 0)
-        if node is None:
-            continue
-        readers = [
-            (
-                leaf.name,
-                functools.partial(_lookups.read_again, fast=leaf.fast, steps=leaf.steps),
-                np.array(leaf.value, copy=True) if isinstance(leaf.value, np.ndarray) else leaf.value,
-            )
-            for leaf in _lookups.leaves_of(node, name)
-        ]
-        if readers:
-            reads.append((lambda c=cell: c.cell_contents, readers))
+        reads += _value_reads(name, value, functools.partial(getattr, cell, "cell_contents"), code)
+    parameters = code.co_varnames[: code.co_argcount]
+    for i, value in enumerate(args):
+        name = parameters[i] if i < len(parameters) else f"args[{i}]"
+        reads += _value_reads(name, value, functools.partial(operator.getitem, args, i), code)
+    for name, value in keywords.items():
+        reads += _value_reads(name, value, functools.partial(operator.getitem, keywords, name), code)
+    if _lookups.globals_read(code).names:
+        reads += _global_reads(function)
     if not reads:
         return None
     where = f"{os.path.basename(code.co_filename)}:{code.co_firstlineno}"

@@ -665,7 +665,7 @@ def _guarded(obj: Any, kind: str, key: Any) -> Any:
             raise Unproved(f"{where} computes its value (a new object each time it is read)")
         raise Unproved(f"{where} gives another value each time it is read")
     try:
-        stored = [p[key] for p in _places(obj) if dict.__contains__(p, key)]
+        stored = [dict.__getitem__(p, key) for p in _places(obj) if dict.__contains__(p, key)]
     except TypeError:  # an unhashable key
         stored = []
     if first is MISSING or first is _RAISED:
@@ -684,7 +684,11 @@ def resolve(obj: Any, steps: Path) -> Any:
             access = _get_access(obj)
             if access is None:
                 raise Fail(f"{type(obj).__name__}.get is not a mapping's")
-            obj = _got(obj, key) if access == "get" else _guarded(obj, "get", key)
+            if access == "get":
+                obj = _got(obj, key)
+            else:  # proved when planned: done again as the function does it
+                obj = _lookup_once(obj, "get", key)
+                obj = ABSENT if obj is MISSING or obj is _RAISED else obj
             if obj is ABSENT:
                 return ABSENT
         elif kind == "item":

@@ -45,11 +45,13 @@ def watch(obj: Any, source: Any) -> Any:
     """``obj`` (a wrapped child ``_tree`` made), as a watched object that checks ``source``
     (a ``_closures.Source``, or None) at every flatten and eager build."""
     base = type(obj)
-    cls = _SUBCLASSES.get(base) or _subclass(base)
     core = obj._core
     if source is not None:
         held = getattr(core, "source", None)  # a closure's child whose static function reads too
         core.source = source if held is None else _Both(held, source)
+    if "_aux" in obj.__dict__:  # watched already (its static function's reads): the class swapped
+        return obj
+    cls = _SUBCLASSES.get(base) or _subclass(base)
     obj.__dict__["_aux"] = (core.spec, _base_structure(obj, base))
     object.__setattr__(obj, "__class__", cls)  # the class swap: its own pytree registration
     return obj

@@ -339,6 +339,11 @@ def _a_static_function_s_config_is_checked_and_an_equinox_static_field_is_static
     with pytest.raises(ValueError) as eagerly:
         tx.init(PARAMS)
     assert str(under_jit.value) == str(eagerly.value)
+    rate = 2
+    rebound = dropin.adamw(0.1, mask=lambda p: jax.tree.map(lambda x: x.ndim >= rate, p))
+    rate = 1  # the cell rebound, as a loop rebinds its variable
+    with pytest.raises(ValueError, match=r"of argument 'mask' read rate = 2 when .* now 1"):
+        rebound.init(PARAMS)
 
     class Schedule(eqx.Module):
         learning_rate: float
