@@ -33,7 +33,6 @@ from __future__ import annotations
 # pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 import inspect
 import os
-import sys
 import types
 import typing
 import warnings
@@ -255,7 +254,7 @@ def _warn_static(info: FactoryInfo, name: str, value: Any, frozen: Any) -> None:
         )
     warnings.warn(
         f"optax_pytree: {place}, {text}; optax_pytree.explain(a, b) says what differs between two builds",
-        stacklevel=_user_stacklevel(),
+        stacklevel=_recompiled.user_stacklevel(),
     )
 
 
@@ -275,14 +274,6 @@ def _warn_recompiled(place: str, at: tuple[str, str, tuple[str, int]], frozen: A
             "(optax_pytree.explain(a, b) says why); read the number in a schedule, or pass it as a "
             "hyperparameter",
         )
-
-
-def _user_stacklevel() -> int:
-    """The ``stacklevel`` of the first frame outside optax_pytree (the user's call)."""
-    frame, level = sys._getframe(1), 1  # pyright: ignore[reportPrivateUsage]
-    while frame is not None and frame.f_globals.get("__name__", "").startswith("optax_pytree."):
-        frame, level = frame.f_back, level + 1
-    return level
 
 
 # --------------------------------------------------------------------------

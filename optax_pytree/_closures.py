@@ -595,18 +595,16 @@ def _changed(
 
 
 _Reads = list[tuple[Callable[[], Any], list[tuple[str, Callable[[Any], Any], Any]]]]
-_IMMUTABLE = (int, float, complex, str, bytes, bool, type(None), tuple, frozenset)
+_IMMUTABLE = (int, float, complex, str, bytes, bool, type(None), frozenset)
 
 
 def _value_reads(name: str, value: Any, root: Callable[[], Any], code: types.CodeType | None) -> _Reads:
-    """How a check reads again a value a static function holds, as its key compared it
-    (``_static._function_key``): an immutable value itself (a cell rebound is a change), the
-    values read through an object (its plan). Functions, wrapped objects and mutable values used
-    whole: none (the function may keep its own state in a list it appends to)."""
-    if callable(value) or is_wrapped(value):
+    """How a check reads again what a static function reads through an object it holds (a config:
+    the values its plan reads), as its key compared them (``_static._function_key``). Numbers and
+    other values held as they are, functions, wrapped objects and mutable values used whole: none
+    (a config is what a program changes; a function may keep its own state in a list it appends to)."""
+    if callable(value) or is_wrapped(value) or type(value) in _IMMUTABLE or is_concrete_number(value):
         return []
-    if type(value) in _IMMUTABLE or is_concrete_number(value):
-        return [(root, [(name, _itself, value)])]
     if code is not None and _lookups.viewable(value):
         node = _lookups.plan(value, _lookups.paths_read(code, name), 0)
         if node is not None:
@@ -631,9 +629,7 @@ def _global_reads(function: types.FunctionType) -> _Reads:
         for name in sorted(_lookups.globals_read(f.__code__).names):
             value = namespace.get(name, _lookups.MISSING)
             root = functools.partial(namespace.get, name, _lookups.MISSING)
-            if is_concrete_number(value) and not isinstance(value, (np.ndarray, jax.Array)):
-                out.append((root, [(f"the global {name}", _itself, value)]))
-            elif _lookups.viewable(value) and not callable(value) and not is_wrapped(value):
+            if _lookups.viewable(value) and not callable(value) and not is_wrapped(value):
                 node = _lookups.plan(value, _lookups.global_paths_read(f.__code__, name), 0)
                 if node is not None:
                     leaves = _lookups.leaves_of(node, name)

@@ -436,8 +436,8 @@ def make(
     kept: Kept = None,
 ) -> Any:
     """The wrapped object for these arguments: the pipeline's steps, then :func:`new`; watched
-    (``_watch``) where a static function of its arguments reads values through an object it holds
-    (``_closures.static_reads``)."""
+    (``_watch``) where a static function of its arguments reads values through an object it holds,
+    a config (``_closures.static_reads``)."""
     made = (_pipeline or _import_pipeline()).make(info, arguments, options, make_child, previous, kept)
     obj = new(*made)
     roles = made.spec.roles
@@ -575,7 +575,10 @@ def with_exact(obj: Any, exact: Sequence[Any] | None) -> Any:
     exact = tuple(_leaves.restored_leaf(old, x) for old, x in zip(core.exact, exact))
     if _build.fresh(core.spec, core.leaves, exact) is not True:
         return obj
-    return new(core.spec, core.leaves, exact, core.python, core.plain)
+    out = new(core.spec, core.leaves, exact, core.python, core.plain)
+    if "_aux" in obj.__dict__:  # watched (``_watch``): the same treedef, the same check
+        out = _watch.watch(out, getattr(core, "source", None))
+    return out
 
 
 # What flax's handlers make wrapped objects with (``_flax_serialization`` does not import this module).
