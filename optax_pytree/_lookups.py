@@ -481,6 +481,8 @@ def _attribute(obj: Any, name: str) -> _Attribute:
             return _Attribute("value", _present(_guarded(obj, "attr", name)), "dyn-attr")
         raise _Absent  # not there: plain Python raises; keep that to the object itself
     if not plain_class(cls):
+        if isinstance(found, property):  # beside a __getattr__: what it gives, proved as its look-ups
+            return _Attribute("value", _present(_guarded(obj, "attr", name)), "dyn-attr")
         raise Fail(f"{cls.__name__}.{name} is held by the class, whose look-ups are its own")
     if isinstance(found, property):
         if found.fget is None or type(found.fget) is not types.FunctionType:
@@ -590,6 +592,8 @@ _MAX_STATE = 256  # the items of the object's storage its state is told by, at m
 def _spell_lookup(obj: Any, kind: str, key: Any) -> str:
     cls = type(obj).__name__
     if kind == "attr":
+        if isinstance(_on_class(type(obj), key), property):
+            return f"the property {cls}.{key}"
         how = "__getattr__" if _generic_getattribute(type(obj)) else "__getattribute__"
         return f"{cls}.{how}({key!r})"
     if kind == "item":

@@ -253,6 +253,14 @@ class Drifts:
         return [0.1, 0.2][next(_TICKS) % 2]  # another value each time it is read
 
 
+class PropertyOfCode(Fields):
+    """A ``__getattr__`` over fields, and a property that computes."""
+
+    @property
+    def lr(self) -> Any:
+        return self._fields["base"] * 2.0
+
+
 # Each its own code location (a warning is given once per code location).
 UNPROVED = {
     Computes: (lambda cfg: lambda t: cfg.lr / (1.0 + t), r"Computes\.__getattr__\('lr'\) computes its value"),
@@ -262,16 +270,20 @@ UNPROVED = {
         lambda cfg: lambda t: cfg.lr / (1.0 + t),
         r"Drifts\.__getattr__\('lr'\) gives another value each",
     ),
+    PropertyOfCode: (
+        lambda cfg: lambda t: cfg.lr / (1.0 + t),
+        r"the property PropertyOfCode\.lr computes its value",
+    ),
 }
 
 
 def _a_look_up_not_proved_stays_static_with_a_warning_naming_it_and_a_recompilation_is_never_silent() -> None:
     for cls, (schedule_of, reason) in UNPROVED.items():
         with pytest.warns(UserWarning, match=rf"argument 'learning_rate', .* \(cfg: {reason}") as caught:
-            a = dropin.sgd(schedule_of(cls(lr=0.1)))
+            a = dropin.sgd(schedule_of(cls(lr=0.1, base=0.05)))
         assert "learning_rate" in a.static_argnames, cls
         if cls is not Raises and cls is not Drifts:  # those two raise or drift in plain optax too
-            chex.assert_trees_all_equal(_steps(a), _steps(plain.sgd(schedule_of(cls(lr=0.1)))))
+            chex.assert_trees_all_equal(_steps(a), _steps(plain.sgd(schedule_of(cls(lr=0.1, base=0.05)))))
         assert len(caught) == 1, [str(w.message) for w in caught]
     # Another rate through the same code: the warning names the number and both values, once per
     # code location; explain says the same; a jitted step compiles twice, as it says.
