@@ -42,7 +42,14 @@ of them, and which look-ups can be replaced safely, is read by ``_lookups``
   the rebuilt function's own (the module is never touched).
 - **the source** (:class:`Source`): what the child was made from, read again
   at every eager build and every flatten (``_watch``): a config changed
-  since is an error naming the value, never a silently old number.
+  since is an error naming the value, never a silently old number. A
+  function that stays static and reads a config it holds (a mask over
+  ``config.threshold``) is read again the same way (:class:`StaticReads`).
+- **why it stays static** (:func:`unproved`): the look-ups of the class's
+  own code that were not proved to give what the object holds, named for
+  the warning; and a child that differs from the one its code made before
+  by a number it needs as a Python value is a recompilation, named
+  (``_recompiled``).
 
 Only where it is safe and useful: cells all assigned and never written
 (``nonlocal``: a rebuilt closure has fresh cells); a module's globals held

@@ -28,7 +28,7 @@ from helpers import exhaustive, sliced
 
 import optax_pytree as opx
 import optax_pytree.optax as dropin
-from optax_pytree import _lookups
+from optax_pytree import _bytecode, _lookups
 
 ml_collections = pytest.importorskip("ml_collections", reason="a test extra: configs of ml_collections")
 omegaconf = pytest.importorskip("omegaconf", reason="a test extra: configs of OmegaConf (Hydra)")
@@ -657,8 +657,8 @@ def test_reading_code_fails_closed_on_an_instruction_it_does_not_know(
                 else i
             )
 
-    monkeypatch.setattr(_lookups.dis, "get_instructions", renamed)
-    monkeypatch.setattr(_lookups, "_NAMES_A_VARIABLE", _lookups._NAMES_A_VARIABLE | {"LOAD_FAST_BORROW"})
+    monkeypatch.setattr(_bytecode.dis, "get_instructions", renamed)
+    monkeypatch.setattr(_bytecode, "_NAMES_A_VARIABLE", _bytecode._NAMES_A_VARIABLE | {"LOAD_FAST_BORROW"})
     _lookups.paths_read.cache_clear()
     try:
         assert _lookups.paths_read(method.__code__, "self") is None
