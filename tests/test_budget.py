@@ -25,7 +25,10 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 # (CI's first stage; docs/guide/testing.md).
 # Raise it only with a new measurement of the default run's time there, under the 300 s that
 # CI allows it.
-BUDGET_TESTS = 690
+# 693 on 2026-12-06 (main at d7fb78a collects 693 on its own; issue 48's branch adds none, its
+# tests folded into one default test): the whole default run in 212 s on the 2-core machine,
+# the analyses' disk cache cold after a rebase.
+BUDGET_TESTS = 693
 # Test files wholly in the exhaustive sets (multi-process jobs); CI's compatibility stages run them too.
 EXHAUSTIVE_FILES = {"tests/test_optuna_multiprocess.py", "tests/test_optuna_postgres.py"}
 
