@@ -33,9 +33,24 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from . import _bind, _build, _carry, _checks, _descend, _detect, _disk, _expr, _leaves, _quiet, _spec, _verify
+from . import (
+    _bind,
+    _build,
+    _carry,
+    _checks,
+    _descend,
+    _detect,
+    _disk,
+    _expr,
+    _leaves,
+    _quiet,
+    _recompiled,
+    _spec,
+    _verify,
+)
 from ._bind import FactoryInfo, is_wrapped
 from ._classify import Classified, MakeChild, Options, classify
+from ._closures import ClosureFactory
 from ._core import Kept
 from ._leaves import Exact, Leaves, Pending
 from ._spec import Analysis
@@ -402,12 +417,31 @@ def _warn_degraded(info: FactoryInfo, parts: list[str], count: int, why: str) ->
 
 def _user_stacklevel() -> int:
     """The ``stacklevel`` of the first frame outside optax_pytree (the user's call)."""
-    import sys
+    return _recompiled.user_stacklevel() - 1
 
-    frame, level = sys._getframe(1), 1  # pyright: ignore[reportPrivateUsage]
-    while frame is not None and frame.f_globals.get("__name__", "").startswith("optax_pytree."):
-        frame, level = frame.f_back, level + 1
-    return level
+
+def _warn_static_numbers(info: FactoryInfo, analysis: Analysis, base: dict[str, Any]) -> None:
+    """A number the factory needs as a Python value (static, found by the probe) other than the
+    one the same line of code gave before: a new compilation, never in silence (``_recompiled``);
+    once per line. A closure's child: ``_closures`` says it, of the closure's code."""
+    if isinstance(info.factory, ClosureFactory):
+        return
+    where = (info.name, *_recompiled.user_line())
+    shown = tuple(base[n] for n in analysis.static_names)
+    before = _recompiled.last(where, (analysis.static_names, analysis.static_key, shown))
+    if before is None or _recompiled.warned(where):
+        return
+    names, key, values = before
+    if names != analysis.static_names or key == analysis.static_key:
+        return
+    found = [(n, a, b) for n, a, b in zip(names, values, shown) if a != b]
+    _recompiled.warn(
+        where,
+        f"optax_pytree: {info.name}: {_bind.which(tuple(n for n, _, _ in found))} is static (the "
+        "factory needs it as a Python value), and this optimizer differs from one the same line built "
+        f"before there ({_recompiled.shown(found)}): each value is a new compilation "
+        "(optax_pytree.explain(a, b) says the same)",
+    )
 
 
 def _make(
@@ -451,6 +485,8 @@ def _make(
             return degraded
         spec = _spec.spec_for(info, classified, analysis)
         _spec.plan(classified.analysis_key, spec)
+    if spec.analysis.static_names and not traced:
+        _warn_static_numbers(info, spec.analysis, base)
     python = {n: base[n] for n in classified.candidates if type(base[n]) in _carry.PYTHON_NUMBERS}
     hosts = _carry.host_values(spec, base, kept) if spec.carried else {}
     pending = _carry.pending(spec, classified, hosts)

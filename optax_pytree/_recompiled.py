@@ -2,8 +2,10 @@
 
 What the mechanism cannot make dynamic is part of the program: a callable
 argument that stays static (a mask that reads a number of the config, a
-schedule over a config whose look-ups are not proved, ``_lookups``), and a
-number a closure's child needs as a Python value (``range(config.pieces)``).
+schedule over a config whose look-ups are not proved, ``_lookups``), a
+number a closure's child needs as a Python value (``range(config.pieces)``),
+and a number the factory itself needs as one (``lbfgs``' ``memory_size``,
+found by the probe: ``_pipeline``, keyed by the line of the user's call).
 Another value is another compilation, as it must be; a sweep a user believes
 is one compilation must not be several in silence. So each place remembers
 the key it was last given, by the code location of the function (a
@@ -57,3 +59,11 @@ def user_stacklevel() -> int:
     while frame is not None and frame.f_globals.get("__name__", "").startswith("optax_pytree."):
         frame, level = frame.f_back, level + 1
     return level
+
+
+def user_line() -> tuple[str, int]:
+    """The file and line of the user's call (the first frame outside optax_pytree)."""
+    frame = sys._getframe(1)  # pyright: ignore[reportPrivateUsage]
+    while frame.f_back is not None and frame.f_globals.get("__name__", "").startswith("optax_pytree."):
+        frame = frame.f_back
+    return frame.f_code.co_filename, frame.f_lineno

@@ -433,8 +433,23 @@ def _public_programs_with_a_config_class_of_their_own_compile_once() -> None:
     }
 
 
+def _a_number_the_factory_needs_as_a_python_value_warns_when_another_is_given() -> None:
+    # Not a config: a top-level argument the probe found static (lbfgs allocates memory_size
+    # rows). Another value from the same line is another compilation: said, once per line.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for size in (3, 4, 5):
+            tx = opx.wrap(plain.lbfgs, memory_size=size)
+    texts = [str(w.message) for w in caught if "memory_size" in str(w.message)]
+    assert len(texts) == 1, texts
+    assert "argument 'memory_size' is static" in texts[0]
+    assert "(memory_size = 3, now 4): each value is a new compilation" in texts[0]
+    assert "memory_size" in tx.static_argnames
+
+
 def test_configs_of_any_kind_compile_once_and_what_cannot_is_static_named_and_checked() -> None:
     # One test of the default run (its budget), each part a function above.
+    _a_number_the_factory_needs_as_a_python_value_warns_when_another_is_given()
     _a_schedule_over_a_config_of_any_kind_compiles_once_with_plain_optax_s_numbers()
     _public_programs_with_a_config_class_of_their_own_compile_once()
     _a_look_up_not_proved_stays_static_with_a_warning_naming_it_and_a_recompilation_is_never_silent()
