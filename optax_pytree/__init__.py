@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # what editors and type checkers see; at run time, imported a
     from ._distributed import process_local_indices as process_local_indices
     from ._distributed import shard_process_local as shard_process_local
     from ._explain import explain as explain
+    from ._population import map_population as map_population
     from ._stateful import PyTreeTransformationWithState as PyTreeTransformationWithState
     from ._stateful import (
         wrap_transformation_as_pytree_with_state as wrap_transformation_as_pytree_with_state,
@@ -49,6 +50,7 @@ _WHERE = {
     "process_local_indices": "_distributed",
     "shard_process_local": "_distributed",
     "explain": "_explain",
+    "map_population": "_population",
     "PyTreeTransformationWithState": "_stateful",
     "wrap_transformation_as_pytree_with_state": "_stateful",
     "grid": "_sweep",
@@ -73,6 +75,7 @@ __all__ = [  # noqa: RUF022 - as _WHERE, by module
     "process_local_indices",
     "shard_process_local",
     "explain",
+    "map_population",
     "PyTreeTransformationWithState",
     "wrap_transformation_as_pytree_with_state",
     "grid",

@@ -43,7 +43,7 @@ def _fresh(code: str, env: dict[str, str] | None = None) -> str:
 def test_importing_the_package_after_optax_loads_the_package_alone_and_each_name_when_read() -> None:
     assert _fresh(_LOADED).split() == ["optax_pytree"]
     names = optax_pytree.__all__
-    assert len(names) == 21 and set(names) <= set(dir(optax_pytree))
+    assert len(names) == 22 and set(names) <= set(dir(optax_pytree))
     for name in names:
         assert getattr(optax_pytree, name) is not None
     assert isinstance(optax_pytree.__version__, str)

@@ -1,0 +1,445 @@
+"""Feature: populations of any size, one member's function run over a batch by vmap, by chunks or by a loop.
+
+:func:`map_population` runs a function of one member (a training step or a
+whole training loop) over every member of a population (``opx.grid`` /
+``opx.stack`` output, with the members' parameters and states), in the style
+of ``jax.lax.map``, one of three ways: the whole batch in one ``jax.vmap``,
+chunks of ``k`` members through one vmapped program, or a loop over one
+compiled program of one member. ``how="auto"`` chooses by measurement: the
+compiled programs' memory analysis against the device's memory, then a short
+timed probe; the choice is remembered per function, shapes and device.
+"""
+
+from __future__ import annotations
+
+# pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
+import dataclasses
+import importlib.util
+import logging
+import math
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._sweep import batch_size
+
+LOGGER = logging.getLogger("optax_pytree")
+WAYS = ("vmap", "chunks", "loop")
+How = Literal["auto", "vmap", "chunks", "loop"]
+# The probe times this many members of the loop and chunks of the chunked
+# way (after one untimed call each, which warms the program up).
+PROBE_CALLS = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    """How :func:`map_population` ran (or will run) a population, and why.
+
+    Attributes:
+        how: ``"vmap"``, ``"chunks"`` or ``"loop"``.
+        chunk_size: the members per call: the population's size for
+            ``"vmap"``, ``k`` for ``"chunks"``, 1 for ``"loop"``.
+        members: the population's size.
+        device: the device the programs run on.
+        memory: way -> the bytes its compiled program needs (arguments,
+            outputs and temporaries, less donated buffers, plus the stacked
+            outputs a loop or chunks accumulate), for each way compiled.
+        limit: the device's memory in bytes (``device.memory_stats()``), or
+            None where the backend does not report it (the CPU).
+        seconds: way -> the probe's estimate of a whole run, for each way
+            timed; empty where the way was forced or only one fitted.
+        reason: the choice in words (also logged at INFO on the
+            ``optax_pytree`` logger).
+    """
+
+    how: str
+    chunk_size: int
+    members: int
+    device: Any
+    memory: dict[str, int]
+    limit: int | None
+    seconds: dict[str, float]
+    reason: str
+
+
+@dataclasses.dataclass
+class _Program:
+    """A way, compiled once for a population's shapes: the executable and its memory."""
+
+    run: Any  # the jax Compiled
+    size: int  # members per call
+    need: int  # bytes
+
+
+@dataclasses.dataclass
+class _Entry:
+    """What is remembered for a function and a key: the ways compiled, and the choice made."""
+
+    programs: dict[str, _Program]
+    choice: Choice | None
+
+
+# fn -> key (shapes, dtypes, device, how, chunk size) -> its entry. Weak: a function gone, its programs go.
+_REMEMBERED: weakref.WeakKeyDictionary[Any, dict[Any, _Entry]] = weakref.WeakKeyDictionary()
+
+
+def device_memory(device: Any) -> int | None:
+    """The device's memory in bytes where its backend reports it (accelerators), else None."""
+    stats = device.memory_stats() if hasattr(device, "memory_stats") else None
+    if not stats or "bytes_limit" not in stats:
+        return None
+    return int(stats["bytes_limit"])
+
+
+def timed(way: str, run: Callable[[], Any]) -> tuple[Any, float]:
+    """``run()``'s result, ready, and the seconds it took (the probe's clock; tests inject timings)."""
+    start = time.perf_counter()
+    out = jax.block_until_ready(run())
+    return out, time.perf_counter() - start
+
+
+def map_population(
+    fn: Callable[..., Any],
+    population: Any,
+    *args: Any,
+    how: How = "auto",
+    chunk_size: int | None = None,
+    progress: bool = False,
+    with_choice: bool = False,
+) -> Any:
+    """Runs ``fn`` on every member of a population: by vmap, by chunks or by a loop.
+
+    ``jax.jit(jax.vmap(fn))`` runs a population in one program, and on an
+    accelerator that is often the slow way: a batched step of a model of a few
+    million parameters can take longer than a loop over the members, and a
+    large population may not fit in the device's memory at all. This runs
+    ``fn(member, *args)`` for every member, as ``jax.lax.map`` would, one of
+    three ways:
+
+    - ``"vmap"``: the whole population in one vmapped program;
+    - ``"chunks"``: a loop over one vmapped program of ``chunk_size`` members
+      (the last chunk overlaps the one before where the size does not divide);
+    - ``"loop"``: a loop over one compiled program of one member.
+
+    ``how="auto"`` compiles the candidates (one compilation each), drops a way
+    whose memory (``.compile().memory_analysis()``) exceeds the device's
+    (``device.memory_stats()``, where the backend reports it; never a way that
+    does not fit where the loop fits), times the rest on a short probe (the
+    loop on a few members, chunks on a few chunks, vmap on the whole
+    population) and keeps the fastest by the probe's estimate of a whole run.
+    The probe's calls of the chosen way are part of the run (vmap's is all
+    of it), so the probe costs at most one vmapped run of the population
+    and a few calls of the other ways, once. The choice is remembered for the same
+    ``fn`` object, shapes, dtypes and device: a repeat call neither compiles
+    nor probes again. It is logged at INFO on the ``optax_pytree`` logger and
+    returned with ``with_choice=True``.
+
+    Every way gives each member the numbers of the loop over one compiled
+    program (``jax.jit(fn)`` on ``opx.index(population, i)``): bit for bit on
+    the CPU for the programs tested (``tests/test_population.py``); where
+    XLA computes a batched program otherwise than one member (a backend's
+    batched matmul), to float32 round-off.
+
+    Args:
+        fn: a function of one member and ``*args``; it must be traceable by
+            ``jax.jit`` (static settings in its closure). Keep the same
+            function object across calls: the choice and the compiled
+            programs are remembered per object.
+        population: a pytree whose leaves all share a leading batch axis: a
+            batched optimizer, or a tuple ``(optimizer, params, state)`` of
+            batched members.
+        *args: the arguments every member shares (data, shared parameters),
+            passed to ``fn`` as they are.
+        how: ``"auto"`` (by measurement), or ``"vmap"``, ``"chunks"`` or
+            ``"loop"`` to force a way.
+        chunk_size: the members per call of ``"chunks"``; by default (and
+            for ``"auto"``) the largest power of two at most half the
+            population that fits in memory.
+        progress: a progress bar (tqdm, where installed) over the calls of a
+            loop or chunks; quiet by default.
+        with_choice: return ``(outputs, choice)``, the :class:`Choice`.
+
+    Returns:
+        ``fn``'s outputs stacked on a leading axis, as ``jax.vmap(fn)`` stacks
+        them (and the :class:`Choice` with ``with_choice=True``).
+
+    Raises:
+        ValueError: an unknown ``how``, a ``chunk_size`` outside
+            ``1..members``, a population without a batch axis, or a
+            population spread over several devices with a way other than
+            ``"vmap"`` (this version chooses on one device: run a sharded
+            population with ``how="vmap"``, which ``jax.jit`` runs on every
+            device of the mesh).
+
+    Examples:
+        >>> import jax, jax.numpy as jnp, optax, optax_pytree as opx
+        >>> batch, labels = opx.grid(opx.wrap(optax.sgd, 0.1), learning_rate=[0.1, 0.2, 0.3])
+        >>> def final(tx, params):
+        ...     state = tx.init(params)
+        ...     for _ in range(3):
+        ...         updates, state = tx.update(params, state)  # the gradient of |p|^2 / 2
+        ...         params = params + updates
+        ...     return params
+        >>> out, choice = opx.map_population(final, batch, jnp.ones(2), how="loop", with_choice=True)
+        >>> out.shape, choice.how
+        ((3, 2), 'loop')
+        >>> bool((opx.map_population(final, batch, jnp.ones(2), how="vmap") == out).all())
+        True
+    """
+    if how not in ("auto", *WAYS):
+        raise ValueError(f"map_population: how={how!r}; expected 'auto', 'vmap', 'chunks' or 'loop'")
+    n = batch_size(population, "map_population")
+    if chunk_size is not None and not (
+        isinstance(chunk_size, (int, np.integer)) and 1 <= chunk_size <= n  # pyright: ignore[reportUnnecessaryIsInstance] - user data
+    ):
+        raise ValueError(f"map_population: chunk_size={chunk_size!r}; expected an integer in 1..{n}")
+    device = _device(population, args, how)
+    key = (
+        jax.tree_util.tree_structure((population, args)),
+        tuple(_aval(x) for x in jax.tree_util.tree_leaves((population, args))),
+        device,
+        how,
+        chunk_size,
+    )
+    try:
+        entries = _REMEMBERED.setdefault(fn, {})
+    except TypeError:  # not weakly referenceable: nothing is remembered
+        entries = {}
+    entry = entries.get(key)
+    if entry is None:
+        entry = entries[key] = _Entry({}, None)
+    done: Sequence[Any] = ()
+    if entry.choice is None:
+        entry.choice, done = _choose(fn, population, args, n, device, how, chunk_size, entry.programs)
+        LOGGER.info(
+            "optax_pytree.map_population(%s): %s", getattr(fn, "__qualname__", fn), entry.choice.reason
+        )
+    choice = entry.choice
+    outputs = _run(entry.programs[choice.how], population, args, n, progress, done)
+    return (outputs, choice) if with_choice else outputs
+
+
+# --------------------------------------------------------------------------
+# The ways, compiled.
+
+
+def _aval(x: Any) -> Any:
+    return (jnp.shape(x), jnp.result_type(x), getattr(x, "weak_type", isinstance(x, (int, float, complex))))
+
+
+def _device(population: Any, args: Any, how: str) -> Any:
+    devices: set[Any] = set()
+    for leaf in jax.tree_util.tree_leaves((population, args)):
+        if isinstance(leaf, jax.Array):
+            devices |= set(leaf.devices())
+    if len(devices) > 1:
+        if how != "vmap":
+            raise ValueError(
+                f"map_population: the population is spread over {len(devices)} devices; with how={how!r} "
+                "this version runs on one device. Run a sharded population with how='vmap' (jax.jit "
+                "runs each device's members on that device)"
+            )
+        return tuple(sorted(devices, key=lambda d: d.id))
+    return devices.pop() if devices else jax.devices()[0]
+
+
+def _compile(fn: Callable[..., Any], population: Any, args: Any, n: int, size: int) -> _Program:
+    """One way's program, compiled once: ``size`` members from ``start`` (all of them for vmap)."""
+    if size == n:
+
+        def whole(population: Any, args: Any) -> Any:
+            return jax.vmap(lambda member: fn(member, *args))(population)
+
+        lowered = jax.jit(whole).lower(population, args)
+    elif size == 1:
+
+        def one(population: Any, args: Any, i: Any) -> Any:
+            member = jax.tree_util.tree_map(
+                lambda x: jax.lax.dynamic_index_in_dim(x, i, keepdims=False), population
+            )
+            return fn(member, *args)
+
+        lowered = jax.jit(one).lower(population, args, np.int32(0))
+    else:
+
+        def chunk(population: Any, args: Any, start: Any) -> Any:
+            members = jax.tree_util.tree_map(
+                lambda x: jax.lax.dynamic_slice_in_dim(x, start, size), population
+            )
+            return jax.vmap(lambda member: fn(member, *args))(members)
+
+        lowered = jax.jit(chunk).lower(population, args, np.int32(0))
+    compiled = lowered.compile()
+    stats = compiled.memory_analysis()
+    need = 0
+    if stats is not None:
+        need = (
+            stats.argument_size_in_bytes
+            + stats.temp_size_in_bytes
+            + stats.generated_code_size_in_bytes
+            - stats.alias_size_in_bytes
+        )
+        calls = math.ceil(n / size)
+        # A loop or chunks hold every call's outputs, then their concatenation.
+        need += stats.output_size_in_bytes * (1 if calls == 1 else 2 * calls)
+    return _Program(compiled, size, need)
+
+
+def _starts(n: int, size: int) -> list[int]:
+    """Where each call begins: every ``size`` members, the last one ending at ``n`` (overlapping)."""
+    starts = list(range(0, n - size + 1, size))
+    if starts[-1] + size < n:
+        starts.append(n - size)
+    return starts
+
+
+def _call(program: _Program, population: Any, args: Any, n: int, start: int) -> Any:
+    if program.size == n:
+        return program.run(population, args)
+    return program.run(population, args, np.int32(start))
+
+
+def _run(
+    program: _Program, population: Any, args: Any, n: int, progress: bool, done: Sequence[Any] = ()
+) -> Any:
+    """The whole population through one program; ``done``: the outputs of its first calls, from the probe."""
+    if program.size == n:
+        return done[0] if done else _call(program, population, args, n, 0)
+    starts = _starts(n, program.size)
+    outputs = list(done)
+    bar = _bar(progress, len(starts), len(outputs))
+    for start in starts[len(outputs) :]:
+        outputs.append(_call(program, population, args, n, start))
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    return _gather(outputs, starts, n, program.size)
+
+
+def _gather(outputs: list[Any], starts: list[int], n: int, size: int) -> Any:
+    """The calls' outputs as one batch: stacked (a loop) or concatenated (chunks, less the overlap)."""
+    if size == 1:
+        return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *outputs)
+    parts = []
+    end = 0
+    for start, out in zip(starts, outputs):
+        parts.append(jax.tree_util.tree_map(lambda x, skip=end - start: x[skip:], out))
+        end = start + size
+    return jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs), *parts)
+
+
+def _bar(progress: bool, total: int, initial: int) -> Any:
+    if not progress or importlib.util.find_spec("tqdm") is None:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=initial, desc="map_population", unit="call")
+
+
+# --------------------------------------------------------------------------
+# The choice.
+
+
+def _default_chunk(n: int, fits: Callable[[int], bool]) -> int | None:
+    """The largest power of two at most ``n // 2`` whose program fits (at least 2), or None."""
+    k = 1 << max(0, (n // 2).bit_length() - 1)
+    while k >= 2:
+        if fits(k):
+            return k
+        k //= 2
+    return None
+
+
+def _choose(
+    fn: Callable[..., Any],
+    population: Any,
+    args: Any,
+    n: int,
+    device: Any,
+    how: str,
+    chunk_size: int | None,
+    programs: dict[str, _Program],
+) -> tuple[Choice, Sequence[Any]]:
+    """The way to run this population (compiling what it needs), and the probe's outputs of that way."""
+    limit = None if isinstance(device, tuple) else device_memory(device)
+
+    def program(way: str, size: int) -> _Program:
+        if way not in programs:
+            programs[way] = _compile(fn, population, args, n, size)
+        return programs[way]
+
+    def fits(p: _Program) -> bool:
+        return limit is None or p.need <= limit
+
+    if how != "auto":
+        size = {"vmap": n, "loop": 1}.get(how) or chunk_size or _default_chunk(n, lambda _: True) or 1
+        p = program(how, size)
+        reason = f"{how} of {p.size} member(s) per call, as asked (how={how!r})"
+        return Choice(how, p.size, n, device, {how: p.need}, limit, {}, reason), ()
+
+    memory: dict[str, int] = {}
+    loop = program("loop", 1)
+    memory["loop"] = loop.need
+    candidates = ["loop"]
+    dropped: list[str] = []
+    if n > 1:
+        whole = program("vmap", n)
+        memory["vmap"] = whole.need
+        (candidates if fits(whole) else dropped).append("vmap")
+    if n > 2:
+        if chunk_size is not None and chunk_size not in (1, n):
+            k: int | None = chunk_size
+        else:
+            # The size is chosen by memory before compiling the chunks' program: a chunk of k
+            # members needs about k / n of the batched program's temporaries.
+            temp = memory.get("vmap", loop.need) - loop.need
+            k = _default_chunk(n, lambda k: limit is None or loop.need + temp * k // n <= limit)
+        if k is None:
+            dropped.append("chunks")  # not even 2 members by the estimate: not compiled
+        else:
+            chunks = program("chunks", k)
+            memory["chunks"] = chunks.need
+            (candidates if fits(chunks) else dropped).append("chunks")
+    if not fits(loop):
+        LOGGER.warning(
+            "optax_pytree.map_population: even one member's program (%d bytes) exceeds the device's "
+            "memory (%d bytes); running the loop",
+            loop.need,
+            limit,
+        )
+    words = f"; {', '.join(dropped)} would not fit in {limit} bytes" if dropped else ""
+    if len(candidates) == 1:
+        p = programs[candidates[0]]
+        reason = f"{candidates[0]}: the only way{words or ' for a population of one'}"
+        return Choice(candidates[0], p.size, n, device, memory, limit, {}, reason), ()
+
+    seconds: dict[str, float] = {}
+    probed: dict[str, Any] = {}
+    for way in candidates:
+        p = programs[way]
+        if p.size == n:
+            out, took = timed(way, lambda p=p: _call(p, population, args, n, 0))
+            probed[way], seconds[way] = [out], took
+            continue
+        starts = _starts(n, p.size)
+        outs = [jax.block_until_ready(_call(p, population, args, n, starts[0]))]  # warm-up, untimed
+        times = []
+        for start in starts[1 : 1 + PROBE_CALLS]:
+            out, took = timed(way, lambda p=p, start=start: _call(p, population, args, n, start))
+            outs.append(out)
+            times.append(took)
+        per_call = sum(times) / len(times) if times else 0.0
+        probed[way], seconds[way] = outs, per_call * len(starts)
+    best = min(candidates, key=lambda way: seconds[way])
+    p = programs[best]
+    estimate = ", ".join(f"{way} {seconds[way]:.3g} s" for way in candidates)
+    reason = f"{best} of {p.size} member(s) per call: the fastest by the probe ({estimate}){words}"
+    choice = Choice(best, p.size, n, device, memory, limit, seconds, reason)
+    # The probe's calls of the chosen way are part of the run; vmap's was the whole run.
+    return choice, probed[best]

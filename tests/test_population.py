@@ -1,0 +1,204 @@
+"""map_population: each way's numbers against the loop, one compilation per way, the measured choice."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import optax_pytree as opx
+from optax_pytree import _population
+
+MEMBERS = 5  # chunks of 2 start at 0, 2 and 3: the last one overlaps
+STEPS = 3
+X = jnp.linspace(-1.0, 1.0, 16 * 8).reshape(16, 8)
+PARAMS = {
+    "w1": jnp.linspace(-0.5, 0.5, 8 * 32).reshape(8, 32),
+    "b1": jnp.zeros(32),
+    "w2": jnp.ones((32, 1)) / 8,
+}
+
+
+def loss(params: Any, shift: Any = 0.0) -> Any:
+    """A tiny MLP's squared error against sin(x), its targets shifted by ``shift``."""
+    hidden = jnp.tanh(X @ params["w1"] + params["b1"])
+    return jnp.mean((hidden @ params["w2"] - jnp.sin(X[:, :1]) - shift) ** 2)
+
+
+def train(member: Any, shift: Any) -> Any:
+    """A member's final parameters and loss after a few Adam steps (its own optimizer and parameters)."""
+    tx, params = member
+    state = tx.init(params)
+
+    def step(carry: Any, _: Any) -> Any:
+        params, state = carry
+        grads = jax.grad(loss)(params, shift)
+        updates, state = tx.update(grads, state, params)
+        return (optax.apply_updates(params, updates), state), None
+
+    (params, _), _ = jax.lax.scan(step, (params, state), None, length=STEPS)
+    return params, loss(params, shift)
+
+
+def counted() -> tuple[Any, list[int]]:
+    """A new function object (nothing remembered for it) that counts its traces."""
+    traces = [0]
+
+    def fn(member: Any, shift: Any) -> Any:
+        traces[0] += 1
+        return train(member, shift)
+
+    return fn, traces
+
+
+@pytest.fixture(scope="module")
+def population() -> Any:
+    batch, _ = opx.grid(opx.wrap(optax.adam, 1e-2), learning_rate=np.geomspace(1e-3, 1e-1, MEMBERS).tolist())
+    # Each member its own parameters, not equal to the others'.
+    params = opx.stack([jax.tree.map(lambda x, i=i: x * (1.0 + 0.1 * i), PARAMS) for i in range(MEMBERS)])
+    return batch, params
+
+
+@pytest.fixture(scope="module")
+def expected(population: Any) -> Any:
+    """The loop over one compiled program of one member: the reference of every way."""
+    one = jax.jit(train)
+    outs = [one(opx.index(population, i), jnp.float32(0.5)) for i in range(MEMBERS)]
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *outs)
+
+
+def assert_batched_close(got: Any, expected: Any) -> None:
+    """Equal to float32 round-off: a batched program's numbers against the loop's, on the CPU."""
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=2e-7), got, expected)
+
+
+class FakeTimings:
+    """Injected probe timings: seconds per call of each way, and how many calls were timed."""
+
+    def __init__(self, seconds: dict[str, float]) -> None:
+        self.seconds = seconds
+        self.calls = 0
+
+    def __call__(self, way: str, run: Any) -> tuple[Any, float]:
+        self.calls += 1
+        return jax.block_until_ready(run()), self.seconds[way]
+
+
+def test_every_way_gives_the_loops_numbers_with_one_compilation_each(
+    population: Any, expected: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shift = jnp.float32(0.5)
+    for how, chunk_size, size in [
+        ("loop", None, 1),
+        ("vmap", None, MEMBERS),
+        ("chunks", 2, 2),
+        ("chunks", 4, 4),
+    ]:
+        fn, traces = counted()
+        got, choice = opx.map_population(
+            fn, population, shift, how=how, chunk_size=chunk_size, with_choice=True, progress=True
+        )
+        if how == "loop":
+            chex.assert_trees_all_equal(got, expected)
+        else:
+            # A batched program sums in another order than one member's on the CPU (the batched
+            # matmul, the reductions): plain SGD differs too. Measured: 1.2e-7 at most here.
+            assert_batched_close(got, expected)
+        assert (choice.how, choice.chunk_size, choice.members) == (how, size, MEMBERS)
+        assert traces == [1]
+        again = opx.map_population(fn, population, jnp.float32(-0.5), how=how, chunk_size=chunk_size)
+        assert traces == [1]  # another value, the same program
+        assert again[1].shape == (MEMBERS,) and not np.array_equal(again[1], got[1])
+    # A loop and chunks show a bar where tqdm is installed (a call each: 5 of the loop, 3 chunks of 2).
+    bars = capsys.readouterr().err
+    assert "5/5" in bars and "3/3" in bars and "2/2" in bars
+    assert opx.map_population(counted()[0], population, shift, how="loop") is not None
+    assert "map_population" not in capsys.readouterr().err  # quiet by default
+
+    with pytest.raises(ValueError, match="how='fast'"):
+        opx.map_population(train, population, shift, how="fast")  # pyright: ignore[reportArgumentType]
+    with pytest.raises(ValueError, match=r"chunk_size=0; expected an integer in 1..5"):
+        opx.map_population(train, population, shift, how="chunks", chunk_size=0)
+    with pytest.raises(ValueError, match="is a scalar, so the object is not batched"):
+        opx.map_population(train, opx.index(population, 0), shift)
+
+
+def test_auto_takes_the_fastest_by_the_probe_and_remembers_it(
+    population: Any, expected: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    shift = jnp.float32(0.5)
+    # Per call: the loop runs 5 calls, chunks of 2 run 3 (at 0, 2, 3), vmap 1.
+    fake = FakeTimings({"loop": 1.0, "chunks": 1.2, "vmap": 3.9})
+    monkeypatch.setattr(_population, "timed", fake)
+    fn, traces = counted()
+    with caplog.at_level(logging.INFO, logger="optax_pytree"):
+        got, choice = opx.map_population(fn, population, shift, with_choice=True)
+    assert_batched_close(got, expected)
+    assert choice.how == "chunks" and choice.chunk_size == 2
+    assert choice.seconds == pytest.approx({"loop": 5.0, "chunks": 3.6, "vmap": 3.9})
+    assert choice.limit is None and set(choice.memory) == {"loop", "chunks", "vmap"}  # the CPU reports none
+    assert "chunks of 2 member(s) per call: the fastest by the probe" in choice.reason
+    assert [r.getMessage() for r in caplog.records] == [
+        f"optax_pytree.map_population(counted.<locals>.fn): {choice.reason}"
+    ]
+    assert traces == [3]  # one compilation per way
+    # The loop timed 2 members after an untimed one, chunks 2 chunks after one, vmap its one call.
+    assert fake.calls == 5
+
+    # Remembered: the same function and shapes neither compile nor probe again.
+    fake.seconds = {"loop": 0.1, "chunks": 9.0, "vmap": 9.0}
+    again, same = opx.map_population(fn, population, jnp.float32(0.5), with_choice=True)
+    assert_batched_close(again, expected)
+    assert same is choice and traces == [3] and fake.calls == 5
+
+    # Another population size is another key: probed anew, vmap the fastest now.
+    fake.seconds = {"loop": 1.0, "chunks": 1.0, "vmap": 0.5}
+    smaller = opx.index(population, slice(0, 4))
+    got, choice = opx.map_population(fn, smaller, shift, with_choice=True)
+    assert choice.how == "vmap" and choice.seconds == pytest.approx({"loop": 4.0, "chunks": 2.0, "vmap": 0.5})
+    assert_batched_close(got, jax.tree.map(lambda x: x[:4], expected))  # the probe's run, returned
+    assert traces == [6]
+
+
+def test_auto_never_chooses_a_way_that_does_not_fit(
+    population: Any, expected: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    shift = jnp.float32(0.5)
+    fake = FakeTimings({"loop": 10.0, "chunks": 10.0, "vmap": 0.1})  # vmap by far the fastest
+    monkeypatch.setattr(_population, "timed", fake)
+    _, free = opx.map_population(counted()[0], population, shift, with_choice=True)
+    assert free.how == "vmap"
+    loop, chunks, vmap = free.memory["loop"], free.memory["chunks"], free.memory["vmap"]
+    assert 0 < loop < chunks < vmap  # a chunk of 2 needs more than one member, less than 5
+
+    # A device with room for chunks of 2 and not for the whole batch: vmap is not even probed.
+    monkeypatch.setattr(_population, "device_memory", lambda device: (chunks + vmap) // 2)
+    fn, traces = counted()
+    got, choice = opx.map_population(fn, population, shift, with_choice=True)
+    assert_batched_close(got, expected)
+    assert choice.how in ("chunks", "loop") and set(choice.seconds) == {"loop", "chunks"}
+    assert choice.limit == (chunks + vmap) // 2
+    assert f"vmap would not fit in {choice.limit} bytes" in choice.reason
+    assert traces == [3]
+
+    # Room for one member only: the loop, without a probe.
+    monkeypatch.setattr(_population, "device_memory", lambda device: loop)
+    calls = fake.calls
+    got, choice = opx.map_population(counted()[0], population, shift, with_choice=True)
+    chex.assert_trees_all_equal(got, expected)
+    assert choice.how == "loop" and choice.seconds == {} and fake.calls == calls
+    assert set(choice.memory) == {"loop", "vmap"}  # chunks of 2 would not fit by the estimate: not compiled
+    assert "loop: the only way; vmap, chunks would not fit" in choice.reason
+
+    # Not even that: the loop still (it needs the least), with a warning.
+    monkeypatch.setattr(_population, "device_memory", lambda device: loop - 1)
+    with caplog.at_level(logging.WARNING, logger="optax_pytree"):
+        _, choice = opx.map_population(counted()[0], population, shift, with_choice=True)
+    assert choice.how == "loop"
+    assert any("even one member's program" in r.getMessage() for r in caplog.records)
