@@ -156,6 +156,10 @@ def test_auto_takes_the_fastest_by_the_probe_and_remembers_it(
     again, same = opx.map_population(fn, population, jnp.float32(0.5), with_choice=True)
     assert_batched_close(again, expected)
     assert same is choice and traces == [3] and fake.calls == 5
+    # A way forced after the probe runs the program the probe compiled.
+    forced = opx.map_population(fn, population, shift, how="loop")
+    chex.assert_trees_all_equal(forced, expected)
+    assert traces == [3] and fake.calls == 5
 
     # Another population size is another key: probed anew, vmap the fastest now.
     fake.seconds = {"loop": 1.0, "chunks": 1.0, "vmap": 0.5}
