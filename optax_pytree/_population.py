@@ -31,9 +31,9 @@ from ._sweep import batch_size
 LOGGER = logging.getLogger("optax_pytree")
 WAYS = ("vmap", "chunks", "loop")
 How = Literal["auto", "vmap", "chunks", "loop"]
-# The probe times this many members of the loop and chunks of the chunked
-# way (after one untimed call each, which warms the program up).
-PROBE_CALLS = 2
+# The probe times up to this many calls of the loop and of the chunks (after
+# one untimed call each, which warms the program up), in turns.
+PROBE_CALLS = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,11 +130,13 @@ def map_population(
     whose memory (``.compile().memory_analysis()``) exceeds the device's
     (``device.memory_stats()``, where the backend reports it; never a way that
     does not fit where the loop fits), times the rest on a short probe (the
-    loop on a few members, chunks on a few chunks, vmap on the whole
-    population) and keeps the fastest by the probe's estimate of a whole run.
-    The probe's calls of the chosen way are part of the run (vmap's is all
-    of it), so the probe costs at most one vmapped run of the population
-    and a few calls of the other ways, once. The choice is remembered for the same
+    loop on a few members and chunks on a few chunks, each after an untimed
+    call, the least time per call counted; vmap on the whole population, and
+    once more where it lost) and keeps the fastest by the
+    probe's estimate of a whole run. The probe's calls of the chosen way are
+    part of the run (vmap's is all of it), so the probe costs at most two
+    vmapped runs of the population and a few calls of the other ways, once.
+    The choice is remembered for the same
     ``fn`` object, shapes, dtypes and device: a repeat call neither compiles
     nor probes again. It is logged at INFO on the ``optax_pytree`` logger and
     returned with ``with_choice=True``.
@@ -420,23 +422,37 @@ def _choose(
         reason = f"{candidates[0]}: the only way{words or ' for a population of one'}"
         return Choice(candidates[0], p.size, n, device, memory, limit, {}, reason), ()
 
-    seconds: dict[str, float] = {}
-    probed: dict[str, Any] = {}
+    # The probe: vmap's one call is the whole run; the loop and chunks are warmed up by their
+    # first call, then timed in turns (the order reversed every round, so a neighbour's load
+    # falls on both), and the least of their times per call (a busy machine only ever adds)
+    # times their number of calls.
+    probed: dict[str, list[Any]] = {}
+    samples: dict[str, list[float]] = {way: [] for way in candidates}
     for way in candidates:
         p = chosen[way]
-        if p.size == n:
-            out, took = timed(way, lambda p=p: _call(p, population, args, n, 0))
-            probed[way], seconds[way] = [out], took
-            continue
-        starts = _starts(n, p.size)
-        outs = [jax.block_until_ready(_call(p, population, args, n, starts[0]))]  # warm-up, untimed
-        times = []
-        for start in starts[1 : 1 + PROBE_CALLS]:
-            out, took = timed(way, lambda p=p, start=start: _call(p, population, args, n, start))
-            outs.append(out)
-            times.append(took)
-        per_call = sum(times) / len(times) if times else 0.0
-        probed[way], seconds[way] = outs, per_call * len(starts)
+        probed[way] = [jax.block_until_ready(_call(p, population, args, n, 0))] if p.size < n else []
+    for round in range(PROBE_CALLS):
+        for way in candidates if round % 2 == 0 else candidates[::-1]:
+            p = chosen[way]
+            starts = _starts(n, p.size)
+            if p.size == n and round == 0:
+                out, took = timed(way, lambda p=p: _call(p, population, args, n, 0))
+            elif p.size < n and len(probed[way]) < len(starts):
+                start = starts[len(probed[way])]
+                out, took = timed(way, lambda p=p, start=start: _call(p, population, args, n, start))
+            else:
+                continue
+            probed[way].append(out)
+            samples[way].append(took)
+    seconds = {way: min(samples[way] or [0.0]) * len(_starts(n, chosen[way].size)) for way in candidates}
+    # vmap's one call was also its first (not warmed up): where it lost, it may have lost by the
+    # warm-up (a small program's first call on the CPU takes twice as long, or more), so it runs
+    # once more, timed.
+    others = min((seconds[way] for way in candidates if way != "vmap"), default=0.0)
+    if "vmap" in candidates and seconds["vmap"] > others:
+        p = chosen["vmap"]
+        _, took = timed("vmap", lambda p=p: _call(p, population, args, n, 0))
+        seconds["vmap"] = min(seconds["vmap"], took)
     best = min(candidates, key=lambda way: seconds[way])
     p = chosen[best]
     estimate = ", ".join(f"{way} {seconds[way]:.3g} s" for way in candidates)
