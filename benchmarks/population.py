@@ -99,7 +99,7 @@ def measure(width: int, depth: int, members: int, repeats: int) -> dict[str, Any
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description="A population run three ways, and auto's choice, paired")
     parser.add_argument("--large", action="store_true", help="the issue's model sizes")
     parser.add_argument("--repeats", type=int, default=5)
     options = parser.parse_args()
