@@ -34,6 +34,9 @@ How = Literal["auto", "vmap", "chunks", "loop"]
 # The probe times up to this many calls of the loop and of the chunks (after
 # one untimed call each, which warms the program up), in turns.
 PROBE_CALLS = 3
+# How XLA says that a program cannot fit in the device's memory when it compiles it (a TPU's
+# compiler refuses a program past its memory: "RESOURCE_EXHAUSTED: ... Ran out of memory").
+OUT_OF_MEMORY = "RESOURCE_EXHAUSTED"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +51,8 @@ class Choice:
         device: the device the programs run on.
         memory: way -> the bytes its compiled program needs (arguments,
             outputs and temporaries, less donated buffers, plus the stacked
-            outputs a loop or chunks accumulate), for each way compiled.
+            outputs a loop or chunks accumulate), for each way compiled;
+            infinite where the compiler refused it for the device's memory.
         limit: the device's memory in bytes (``device.memory_stats()``), or
             None where the backend does not report it (the CPU).
         seconds: way -> the probe's estimate of a whole run, for each way
@@ -61,7 +65,7 @@ class Choice:
     chunk_size: int
     members: int
     device: Any
-    memory: dict[str, int]
+    memory: dict[str, float]
     limit: int | None
     seconds: dict[str, float]
     reason: str
@@ -71,9 +75,10 @@ class Choice:
 class _Program:
     """A way, compiled once for a population's shapes: the executable and its memory."""
 
-    run: Any  # the jax Compiled
+    run: Any  # the jax Compiled; None where the compiler refused it for the device's memory
     size: int  # members per call
-    need: int  # bytes
+    need: float  # bytes (infinite where refused)
+    fixed: int  # of which the arguments' (the whole population's, whatever the way)
 
 
 @dataclasses.dataclass
@@ -128,8 +133,9 @@ def map_population(
 
     ``how="auto"`` compiles the candidates (one compilation each), drops a way
     whose memory (``.compile().memory_analysis()``) exceeds the device's
-    (``device.memory_stats()``, where the backend reports it; never a way that
-    does not fit where the loop fits), times the rest on a short probe (the
+    (``device.memory_stats()``, where the backend reports it) or that the
+    compiler refuses for the device's memory (never a way that does not fit
+    where the loop fits), times the rest on a short probe (the
     loop on a few members and chunks on a few chunks, each after an untimed
     call, the least time per call counted; vmap on the whole population, and
     once more where it lost) and keeps the fastest by the
@@ -152,7 +158,8 @@ def map_population(
         fn: a function of one member and ``*args``; it must be traceable by
             ``jax.jit`` (static settings in its closure). Keep the same
             function object across calls: the choice and the compiled
-            programs are remembered per object.
+            programs are remembered per object (a bound method
+            ``trainer.step`` is a new object at each access: keep one).
         population: a pytree whose leaves all share a leading batch axis: a
             batched optimizer, or a tuple ``(optimizer, params, state)`` of
             batched members.
@@ -276,8 +283,9 @@ def _compile(fn: Callable[..., Any], population: Any, args: Any, n: int, size: i
         lowered = jax.jit(chunk).lower(population, args, np.int32(0))
     compiled = lowered.compile()
     stats = compiled.memory_analysis()
-    need = 0
+    need = fixed = 0
     if stats is not None:
+        fixed = stats.argument_size_in_bytes
         need = (
             stats.argument_size_in_bytes
             + stats.temp_size_in_bytes
@@ -287,7 +295,7 @@ def _compile(fn: Callable[..., Any], population: Any, args: Any, n: int, size: i
         calls = math.ceil(n / size)
         # A loop or chunks hold every call's outputs, then their concatenation.
         need += stats.output_size_in_bytes * (1 if calls == 1 else 2 * calls)
-    return _Program(compiled, size, need)
+    return _Program(compiled, size, need, fixed)
 
 
 def _starts(n: int, size: int) -> list[int]:
@@ -373,12 +381,18 @@ def _choose(
 
     def program(way: str, size: int) -> _Program:
         if size not in programs:
-            programs[size] = _compile(fn, population, args, n, size)
+            try:
+                programs[size] = _compile(fn, population, args, n, size)
+            except jax.errors.JaxRuntimeError as e:
+                if how != "auto" or size == 1 or OUT_OF_MEMORY not in str(e):
+                    raise
+                # The compiler refused it for the device's memory: it does not fit.
+                programs[size] = _Program(None, size, math.inf, 0)
         chosen[way] = programs[size]
         return chosen[way]
 
     def fits(p: _Program) -> bool:
-        return limit is None or p.need <= limit
+        return p.run is not None and (limit is None or p.need <= limit)
 
     if how != "auto":
         size = {"vmap": n, "loop": 1}.get(how) or chunk_size or _default_chunk(n, lambda _: True) or 1
@@ -386,7 +400,7 @@ def _choose(
         reason = f"{how} of {p.size} member(s) per call, as asked (how={how!r})"
         return Choice(how, p.size, n, device, {how: p.need}, limit, {}, reason), ()
 
-    memory: dict[str, int] = {}
+    memory: dict[str, float] = {}
     loop = program("loop", 1)
     memory["loop"] = loop.need
     candidates = ["loop"]
@@ -400,9 +414,11 @@ def _choose(
             k: int | None = chunk_size
         else:
             # The size is chosen by memory before compiling the chunks' program: a chunk of k
-            # members needs about k / n of the batched program's temporaries.
-            temp = memory.get("vmap", loop.need) - loop.need
-            k = _default_chunk(n, lambda k: limit is None or loop.need + temp * k // n <= limit)
+            # members needs about k / n of what the batched program needs past one member's
+            # (where the compiler refused it: k times one member's own, past the arguments).
+            whole = memory.get("vmap", loop.need)
+            per_member = (whole - loop.need) / (n - 1) if whole < math.inf else loop.need - loop.fixed
+            k = _default_chunk(n, lambda k: limit is None or loop.need + per_member * (k - 1) <= limit)
         if k is None:
             dropped.append("chunks")  # not even 2 members by the estimate: not compiled
         else:
@@ -416,7 +432,8 @@ def _choose(
             loop.need,
             limit,
         )
-    words = f"; {', '.join(dropped)} would not fit in {limit} bytes" if dropped else ""
+    room = "the device's memory" if limit is None else f"{limit} bytes"
+    words = f"; {', '.join(dropped)} would not fit in {room}" if dropped else ""
     if len(candidates) == 1:
         p = chosen[candidates[0]]
         reason = f"{candidates[0]}: the only way{words or ' for a population of one'}"

@@ -202,7 +202,25 @@ def test_auto_never_chooses_a_way_that_does_not_fit(
     assert set(choice.memory) == {"loop", "vmap"}  # chunks of 2 would not fit by the estimate: not compiled
     assert "loop: the only way; vmap, chunks would not fit" in choice.reason
 
-    # Not even that: the loop still (it needs the least), with a warning.
+    # A compiler that refuses the whole batch for the device's memory (a TPU's does, where the
+    # backend reports no limit): vmap does not fit; forced, the compiler's error is the user's.
+    compile_ = _population._compile
+
+    def refusing(fn: Any, population: Any, args: Any, n: int, size: int) -> Any:
+        if size == n:
+            raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Ran out of memory in memory space hbm")
+        return compile_(fn, population, args, n, size)
+
+    monkeypatch.setattr(_population, "_compile", refusing)
+    monkeypatch.setattr(_population, "device_memory", lambda device: None)
+    got, choice = opx.map_population(counted()[0], population, shift, with_choice=True)
+    assert choice.how in ("chunks", "loop") and choice.memory["vmap"] == float("inf")
+    assert "vmap would not fit in the device's memory" in choice.reason
+    with pytest.raises(jax.errors.JaxRuntimeError, match="RESOURCE_EXHAUSTED"):
+        opx.map_population(counted()[0], population, shift, how="vmap")
+    monkeypatch.setattr(_population, "_compile", compile_)
+
+    # Not even one member's program fits: the loop still (it needs the least), with a warning.
     monkeypatch.setattr(_population, "device_memory", lambda device: loop - 1)
     with caplog.at_level(logging.WARNING, logger="optax_pytree"):
         _, choice = opx.map_population(counted()[0], population, shift, with_choice=True)
