@@ -131,21 +131,20 @@ def map_population(
       (the last chunk overlaps the one before where the size does not divide);
     - ``"loop"``: a loop over one compiled program of one member.
 
-    ``how="auto"`` compiles the candidates (one compilation each), drops a way
-    whose memory (``.compile().memory_analysis()``) exceeds the device's
-    (``device.memory_stats()``, where the backend reports it) or that the
-    compiler refuses for the device's memory (never a way that does not fit
-    where the loop fits), times the rest on a short probe (the
-    loop on a few members and chunks on a few chunks, each after an untimed
-    call, the least time per call counted; vmap on the whole population, and
-    once more where it lost) and keeps the fastest by the
-    probe's estimate of a whole run. The probe's calls of the chosen way are
-    part of the run (vmap's is all of it), so the probe costs at most two
-    vmapped runs of the population and a few calls of the other ways, once.
-    The choice is remembered for the same
-    ``fn`` object, shapes, dtypes and device: a repeat call neither compiles
-    nor probes again. It is logged at INFO on the ``optax_pytree`` logger and
-    returned with ``with_choice=True``.
+    ``how="auto"`` compiles the candidates (one compilation each) and drops
+    a way whose memory (``.compile().memory_analysis()``) exceeds the
+    device's (``device.memory_stats()``, where the backend reports it) or
+    that the compiler refuses for the device's memory: never a way that does
+    not fit where the loop fits. It times the rest on a short probe (the loop
+    on a few members and chunks on a few chunks, each after an untimed call,
+    the least time per call counted; vmap on the whole population, and once
+    more where it lost) and keeps the fastest by the probe's estimate of a
+    whole run. The probe's calls of the chosen way are part of the run
+    (vmap's is all of it), so the probe costs at most two vmapped runs of the
+    population and a few calls of the other ways, once. The choice is
+    remembered for the same ``fn`` object, shapes, dtypes and device: a
+    repeat call neither compiles nor probes again. It is logged at INFO on
+    the ``optax_pytree`` logger and returned with ``with_choice=True``.
 
     The loop gives each member the numbers of ``jax.jit(fn)`` on
     ``opx.index(population, i)``, bit for bit. vmap and chunks run a batched
@@ -198,7 +197,7 @@ def map_population(
         >>> out, choice = opx.map_population(final, batch, jnp.ones(2), how="loop", with_choice=True)
         >>> out.shape, choice.how
         ((3, 2), 'loop')
-        >>> bool((opx.map_population(final, batch, jnp.ones(2), how="vmap") == out).all())
+        >>> bool(jnp.allclose(opx.map_population(final, batch, jnp.ones(2), how="vmap"), out))
         True
     """
     if how not in ("auto", *WAYS):
