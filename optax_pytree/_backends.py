@@ -516,6 +516,17 @@ def exact_fold(kind: str) -> Callable[[Treatment], Callable[..., Any]]:
     return for_backend
 
 
+@functools.cache
+def reassociates_scalar_products() -> bool:
+    """Whether XLA's algebraic simplifier computes ``(A * C) * s`` as ``A * (s * C)``, ``C`` a
+    constant scalar and ``s`` a scalar read at run time (jax 0.10's does, 0.12's does not):
+    asked of the default backend's compiler once, with a program of eight elements."""
+    program = jax.jit(lambda a, s: (a * np.float32(0.01)) * s).lower(
+        jax.ShapeDtypeStruct((8,), _F32), jax.ShapeDtypeStruct((), _F32)
+    )
+    return " f32[] multiply(" in (program.compile().as_text() or "")
+
+
 def specialized_exponents_text(platform: str | None = None) -> str:
     """Which exponents the backend's compiler specializes, in words (for messages)."""
     return treatment(platform or jax.default_backend()).exponents_text

@@ -19,7 +19,8 @@ Two interpreters of one closed jaxpr, and what they share (:func:`bind`,
   by a constant, ``x / c``, into a multiplication by its reciprocal,
   ``x * (1 / c)``, the reciprocal rounded once, and folds ``(x * c1) * c2``
   into ``x * (c1 * c2)`` where ``c1`` and ``c2`` are both scalars (broadcast
-  or not) or both arrays of the product's shape, and ``(x * c) * s``, ``s`` a
+  or not) or both arrays of the product's shape, and (jax 0.10's, asked of the
+  compiler: ``_backends.reassociates_scalar_products``) ``(x * c) * s``, ``s`` a
   scalar read at run time (broadcast), into ``x * (s * c)``. A wrapped object's hyperparameters are arguments
   of the program (that is the point: one compilation for every value), which
   XLA does not rewrite so: a scalar division by an argument stays a division
@@ -253,7 +254,8 @@ def _rewritten(
                 continue
             scalar = scalar_of(other)
             if not is_literal(scalar) and shape(scalar) == () and scalar not in derived:
-                return inner, scalar
+                # Where the compiler does (asked once: jax 0.12's does not).
+                return (inner, scalar) if _backends.reassociates_scalar_products() else None
         return None
 
     def record(v: Any, x: Any, of_constants: bool, of_traced: bool, one_scalar: bool, k: Any = None) -> None:

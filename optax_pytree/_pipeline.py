@@ -27,6 +27,7 @@ static, with one warning that says which part and why.
 from __future__ import annotations
 
 # pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
+import contextlib
 import warnings
 from typing import Any, NamedTuple
 
@@ -415,6 +416,14 @@ def _warn_degraded(info: FactoryInfo, parts: list[str], count: int, why: str) ->
     )
 
 
+def _outside_traces() -> Any:
+    """A context in which JAX operations run eagerly, whatever trace is active around it."""
+    from jax._src import core as jax_core
+
+    eval_context = getattr(jax_core, "eval_context", None)
+    return eval_context() if eval_context is not None else contextlib.nullcontext()
+
+
 def _user_stacklevel() -> int:
     """The ``stacklevel`` of the first frame outside optax_pytree (the user's call)."""
     return _recompiled.user_stacklevel() - 1
@@ -477,7 +486,11 @@ def _make(
     else:
         kind, result = _call_factory(info, classified, base, tolerant=traced)
     if spec is None:
-        analysis = _find_analysis(info, classified, previous, base, kind)
+        # Values of Python numbers made inside jit: analysed as outside it (an ambient trace would
+        # stage the probe's arithmetic on them and find them needed as Python values; the
+        # analysis, cached by configuration, would then make them static everywhere).
+        with _outside_traces() if not traced else contextlib.nullcontext():
+            analysis = _find_analysis(info, classified, previous, base, kind)
         if not isinstance(analysis, Analysis):
             return analysis  # Degraded
         degraded = _check_leaves(info, classified, analysis)

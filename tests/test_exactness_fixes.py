@@ -20,10 +20,11 @@ import jax
 import jax.numpy as jnp
 import optax as plain_optax
 import pytest
-from helpers import counting_jit, raw
+from helpers import assert_jit_bit_for_bit, counting_jit, raw, version
 
 import optax_pytree as opx
 import optax_pytree.optax as dropin
+from optax_pytree import _backends
 
 
 def _frozen(tree: Any) -> Any:
@@ -212,7 +213,10 @@ def test_a_constant_factor_times_a_scalar_read_at_run_time_is_plain_optaxs(make:
     tx, plain = make(opx.wrap), make(raw)
     on_wrapped = jax.jit(lambda tx, g, s, p: tx.update(g, s, p))
     got = steps(tx, lambda g, s, p: on_wrapped(tx, g, s, p))
-    chex.assert_trees_all_equal(got, steps(plain, jax.jit(plain.update)))
+    # Where the compiler reassociates so (jax 0.10's; 0.12's does not, and the build does not).
+    if jax.default_backend() == "cpu":  # measured there
+        assert _backends.reassociates_scalar_products() == (version(jax)[:2] == (0, 10))
+    assert_jit_bit_for_bit(got, steps(plain, jax.jit(plain.update)))
 
 
 def test_a_loop_unrolled_inside_one_jit_is_exact_where_the_object_is_made_inside_it() -> None:
@@ -250,3 +254,9 @@ def test_a_loop_unrolled_inside_one_jit_is_exact_where_the_object_is_made_inside
     argument = jax.jit(unrolled)(make(opx.wrap))
     chex.assert_trees_all_close(argument, plain, rtol=1e-4, atol=0)
     chex.assert_trees_all_equal(jax.jit(scanned)(make(opx.wrap)), jax.jit(lambda: scanned(make(raw)))())
+    # Made inside jit first, the configuration's analysis is still the one made outside: another
+    # peak outside is the same compilation (it was static, every peak a new one, once an
+    # analysis made under the trace was cached).
+    first = opx.wrap(plain_optax.adamw, opx.wrap(plain_optax.warmup_cosine_decay_schedule, 0.0, 2e-2, 2, 10))
+    second = opx.wrap(plain_optax.adamw, opx.wrap(plain_optax.warmup_cosine_decay_schedule, 0.0, 3e-2, 2, 10))
+    assert jax.tree.structure(first) == jax.tree.structure(second), opx.explain(first, second)
