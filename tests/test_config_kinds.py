@@ -161,6 +161,11 @@ KINDS: dict[str, tuple[Any, bool, Any]] = {
     "EasyDict (items)": (easydict.EasyDict, False, _set_item),
     "Munch (items)": (munch.Munch, False, _set_attr),
 }
+if getattr(frozendict, "c_ext", False):
+    # Its C implementation (Python 3.10's wheels): a mapping whose get is C code, which the
+    # mechanism cannot read, so it is not proved and stays static with the warning (safe); the
+    # pure-Python one (a dict subclass) is proved.
+    del KINDS["frozendict"]
 
 
 def _by_attribute(optax: Any, cfg: Any) -> Any:
