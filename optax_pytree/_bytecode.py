@@ -111,6 +111,15 @@ def _constant_call(
     return tuple(args), j + 1
 
 
+def _path_at(instructions: list[dis.Instruction], k: int) -> Path:
+    """The look-ups applied to the value instruction ``k`` pushes (a ``getattr`` call first)."""
+    through_getattr = _getattr_call(instructions, k)
+    if through_getattr is not None:
+        step, after = through_getattr
+        return (step, *_follow(instructions, after))
+    return _follow(instructions, k + 1)
+
+
 def _getattr_call(instructions: list[dis.Instruction], k: int) -> tuple[Access, int] | None:
     """``getattr(var, "name")`` or ``getattr(var, "name", default)``, ``var`` pushed by
     instruction ``k``: the look-up, and the instruction after the call."""
@@ -154,12 +163,7 @@ def paths_read(code: types.CodeType, var: str) -> tuple[Path, ...] | None:
             continue  # handed to a function defined here: read below
         if names[-1] != var or names.count(var) != 1:
             return None  # pushed below another value: what happens to it is not followed
-        through_getattr = _getattr_call(instructions, k)
-        if through_getattr is not None:
-            step, after = through_getattr
-            path = (step, *_follow(instructions, after))
-        else:
-            path = _follow(instructions, k + 1)
+        path = _path_at(instructions, k)
         if not path:
             return None
         paths.add(path)
@@ -229,12 +233,7 @@ def global_paths_read(code: types.CodeType, name: str) -> tuple[Path, ...] | Non
             continue
         if _pushes_a_null(ins):
             return None  # called
-        through_getattr = _getattr_call(instructions, k)
-        if through_getattr is not None:
-            step, after = through_getattr
-            path = (step, *_follow(instructions, after))
-        else:
-            path = _follow(instructions, k + 1)
+        path = _path_at(instructions, k)
         if not path:
             return None
         paths.add(path)
