@@ -535,25 +535,15 @@ class Source:
         return self.made
 
     def check(self) -> None:
-        for root_of, readers in self.reads:
-            try:
-                root = root_of()
-            except ValueError:  # a cell emptied
-                root = _lookups.MISSING
-            for name, read, old in readers:
-                try:
-                    new = read(root)
-                except Exception:  # noqa: BLE001 - no longer readable as it was
-                    new = _lookups.MISSING
-                if new is not old and not _same(old, new):
-                    shown = "no longer readable" if new is _lookups.MISSING else f"now {new!r}"
-                    raise ValueError(
-                        f"optax_pytree: the schedule {self.factory.__qualname__} ({self.factory.where()}) "
-                        f"read {name} = {old!r} when the optimizer was made, "
-                        f"and it is {shown}: the optimizer holds the values read then (plain optax "
-                        "would read the new one when it next runs or traces the schedule): make the "
-                        "optimizer again after changing the config"
-                    )
+        for name, old, new in _changed(self.reads):
+            shown = "no longer readable" if new is _lookups.MISSING else f"now {new!r}"
+            raise ValueError(
+                f"optax_pytree: the schedule {self.factory.__qualname__} ({self.factory.where()}) "
+                f"read {name} = {old!r} when the optimizer was made, "
+                f"and it is {shown}: the optimizer holds the values read then (plain optax "
+                "would read the new one when it next runs or traces the schedule): make the "
+                "optimizer again after changing the config"
+            )
 
 
 class StaticReads:
