@@ -45,10 +45,13 @@ class Choice:
 
     Attributes:
         how: ``"vmap"``, ``"chunks"`` or ``"loop"``.
-        chunk_size: the members per call: the population's size for
-            ``"vmap"``, ``k`` for ``"chunks"``, 1 for ``"loop"``.
+        chunk_size: the members per call (of each device's, where the
+            population is sharded over its batch axis): the population's size
+            (each device's share) for ``"vmap"``, ``k`` for ``"chunks"``, 1
+            for ``"loop"``.
         members: the population's size.
-        device: the device the programs run on.
+        device: the device the programs run on (the devices, in order, for a
+            population spread over several).
         memory: way -> the bytes its compiled program needs (arguments,
             outputs and temporaries, less donated buffers, plus the stacked
             outputs a loop or chunks accumulate), for each way compiled;
@@ -146,6 +149,14 @@ def map_population(
     repeat call neither compiles nor probes again. It is logged at INFO on
     the ``optax_pytree`` logger and returned with ``with_choice=True``.
 
+    A population sharded over its batch axis (``opx.shard``) runs on every
+    device of its mesh axis, each device its own members, by the same rule:
+    a call of the loop runs one member of each device's together (one
+    vmapped program whose batch stays on the devices), a call of chunks
+    ``chunk_size`` of each device's, vmap all of them; the memory compared
+    is each device's, and the outputs are laid over the devices as the
+    population is.
+
     The loop gives each member the numbers of ``jax.jit(fn)`` on
     ``opx.index(population, i)``, bit for bit. vmap and chunks run a batched
     program, which XLA may compute in another order than one member's (the
@@ -179,11 +190,10 @@ def map_population(
 
     Raises:
         ValueError: an unknown ``how``, a ``chunk_size`` outside
-            ``1..members``, a population without a batch axis, or a
-            population spread over several devices with a way other than
-            ``"vmap"`` (this version chooses on one device: run a sharded
-            population with ``how="vmap"``, which ``jax.jit`` runs on every
-            device of the mesh).
+            ``1..members`` (of each device's, where sharded), a population
+            without a batch axis, or a population spread over several
+            devices other than by its batch axis with a way other than
+            ``"vmap"``.
 
     Examples:
         >>> import jax, jax.numpy as jnp, optax, optax_pytree as opx
@@ -203,11 +213,13 @@ def map_population(
     if how not in ("auto", *WAYS):
         raise ValueError(f"map_population: how={how!r}; expected 'auto', 'vmap', 'chunks' or 'loop'")
     n = batch_size(population, "map_population")
+    device, shards = _placement(population, args, how, n)
+    local = n // shards  # members on each device
     if chunk_size is not None and not (
-        isinstance(chunk_size, (int, np.integer)) and 1 <= chunk_size <= n  # pyright: ignore[reportUnnecessaryIsInstance] - user data
+        isinstance(chunk_size, (int, np.integer)) and 1 <= chunk_size <= local  # pyright: ignore[reportUnnecessaryIsInstance] - user data
     ):
-        raise ValueError(f"map_population: chunk_size={chunk_size!r}; expected an integer in 1..{n}")
-    device = _device(population, args, how)
+        per = "" if shards == 1 else f" (members per device: the population is spread over {shards})"
+        raise ValueError(f"map_population: chunk_size={chunk_size!r}; expected an integer in 1..{local}{per}")
     key = (
         jax.tree_util.tree_structure((population, args)),
         tuple(_aval(x) for x in jax.tree_util.tree_leaves((population, args))),
@@ -223,10 +235,10 @@ def map_population(
     done: Sequence[Any] = ()
     choice = entry.choices.get((how, chunk_size))
     if choice is None:
-        choice, done = _choose(fn, population, args, n, device, how, chunk_size, entry.programs)
+        choice, done = _choose(fn, population, args, n, shards, device, how, chunk_size, entry.programs)
         entry.choices[how, chunk_size] = choice
         LOGGER.info("optax_pytree.map_population(%s): %s", getattr(fn, "__qualname__", fn), choice.reason)
-    outputs = _run(entry.programs[choice.chunk_size], population, args, n, progress, done)
+    outputs = _run(entry.programs[choice.chunk_size], population, args, n, shards, progress, done)
     return (outputs, choice) if with_choice else outputs
 
 
@@ -238,30 +250,72 @@ def _aval(x: Any) -> Any:
     return (jnp.shape(x), jnp.result_type(x), getattr(x, "weak_type", isinstance(x, (int, float, complex))))
 
 
-def _device(population: Any, args: Any, how: str) -> Any:
+def _placement(population: Any, args: Any, how: str, n: int) -> tuple[Any, int]:
+    """(the device, or the devices in order, the programs run on; how many shards the batch axis
+    is in). A population sharded over its batch axis (``opx.shard``) is run with each device's
+    members on that device, every way; spread otherwise, only by vmap (``jax.jit`` places it)."""
     devices: set[Any] = set()
     for leaf in jax.tree_util.tree_leaves((population, args)):
         if isinstance(leaf, jax.Array):
             devices |= set(leaf.devices())
-    if len(devices) > 1:
-        if how != "vmap":
-            raise ValueError(
-                f"map_population: the population is spread over {len(devices)} devices; with how={how!r} "
-                "this version runs on one device. Run a sharded population with how='vmap' (jax.jit "
-                "runs each device's members on that device)"
-            )
-        return tuple(sorted(devices, key=lambda d: d.id))
-    return devices.pop() if devices else jax.devices()[0]
+    if len(devices) <= 1:
+        return (devices.pop() if devices else jax.devices()[0]), 1
+    ordered = tuple(sorted(devices, key=lambda d: d.id))
+    shards = _batch_shards(population, n)
+    if shards is None and how != "vmap":
+        raise ValueError(
+            f"map_population: the population is spread over {len(devices)} devices, not by its batch "
+            f"axis alone; with how={how!r} each device must hold whole members (opx.shard lays the "
+            "batch axis over a mesh axis), or run it with how='vmap' (jax.jit runs each device's "
+            "members on that device)"
+        )
+    return ordered, shards or 1
 
 
-def _compile(fn: Callable[..., Any], population: Any, args: Any, n: int, size: int) -> _Program:
-    """One way's program, compiled once: ``size`` members from ``start`` (all of them for vmap)."""
-    if size == n:
+def _batch_shards(population: Any, n: int) -> int | None:
+    """In how many blocks of members every leaf is laid over the devices (its batch axis split
+    over a mesh axis, the rest whole: ``opx.shard``), or None."""
+    shards = None
+    for leaf in jax.tree_util.tree_leaves(population):
+        sharding = getattr(leaf, "sharding", None)
+        if not isinstance(sharding, jax.sharding.NamedSharding):
+            return None
+        shape = tuple(jnp.shape(leaf))
+        block = tuple(sharding.shard_shape(shape))
+        if block[1:] != shape[1:] or block[0] == 0 or n % block[0]:
+            return None
+        if shards not in (None, n // block[0]):
+            return None
+        shards = n // block[0]
+    return shards if shards and shards > 1 else None
+
+
+def _compile(fn: Callable[..., Any], population: Any, args: Any, n: int, shards: int, size: int) -> _Program:
+    """One way's program, compiled once: ``size`` members of each device's from ``start`` (all of
+    them for vmap)."""
+    local = n // shards
+    if size == local:
 
         def whole(population: Any, args: Any) -> Any:
             return jax.vmap(lambda member: fn(member, *args))(population)
 
         lowered = jax.jit(whole).lower(population, args)
+    elif shards > 1:
+        # Each device's ``size`` members from ``start`` (its block of the batch axis viewed as
+        # (devices, members)), together: one vmapped program whose batch stays on the devices.
+        layouts = jax.tree_util.tree_map(lambda x: x.sharding, population)
+
+        def spread(population: Any, args: Any, start: Any) -> Any:
+            def take(x: Any, layout: Any) -> Any:
+                blocks = jnp.reshape(x, (shards, local, *jnp.shape(x)[1:]))
+                taken = jax.lax.dynamic_slice_in_dim(blocks, start, size, axis=1)
+                members = jnp.reshape(taken, (shards * size, *jnp.shape(x)[1:]))
+                return jax.lax.with_sharding_constraint(members, layout)
+
+            members = jax.tree_util.tree_map(take, population, layouts)
+            return jax.vmap(lambda member: fn(member, *args))(members)
+
+        lowered = jax.jit(spread).lower(population, args, np.int32(0))
     elif size == 1:
 
         def one(population: Any, args: Any, i: Any) -> Any:
@@ -291,7 +345,7 @@ def _compile(fn: Callable[..., Any], population: Any, args: Any, n: int, size: i
             + stats.generated_code_size_in_bytes
             - stats.alias_size_in_bytes
         )
-        calls = math.ceil(n / size)
+        calls = math.ceil(local / size)
         # A loop or chunks hold every call's outputs, then their concatenation.
         need += stats.output_size_in_bytes * (1 if calls == 1 else 2 * calls)
     return _Program(compiled, size, need, fixed)
@@ -305,40 +359,55 @@ def _starts(n: int, size: int) -> list[int]:
     return starts
 
 
-def _call(program: _Program, population: Any, args: Any, n: int, start: int) -> Any:
-    if program.size == n:
+def _call(program: _Program, population: Any, args: Any, local: int, start: int) -> Any:
+    if program.size == local:
         return program.run(population, args)
     return program.run(population, args, np.int32(start))
 
 
 def _run(
-    program: _Program, population: Any, args: Any, n: int, progress: bool, done: Sequence[Any] = ()
+    program: _Program,
+    population: Any,
+    args: Any,
+    n: int,
+    shards: int,
+    progress: bool,
+    done: Sequence[Any] = (),
 ) -> Any:
     """The whole population through one program; ``done``: the outputs of its first calls, from the probe."""
-    if program.size == n:
-        return done[0] if done else _call(program, population, args, n, 0)
-    starts = _starts(n, program.size)
+    local = n // shards
+    if program.size == local:
+        return done[0] if done else _call(program, population, args, local, 0)
+    starts = _starts(local, program.size)
     outputs = list(done)
     bar = _bar(progress, len(starts), len(outputs))
     for start in starts[len(outputs) :]:
-        outputs.append(_call(program, population, args, n, start))
+        outputs.append(_call(program, population, args, local, start))
         if bar is not None:
             bar.update(1)
     if bar is not None:
         bar.close()
-    return _gather(outputs, starts, n, program.size)
+    return _gather(outputs, starts, local, shards, program.size)
 
 
-def _gather(outputs: list[Any], starts: list[int], n: int, size: int) -> Any:
-    """The calls' outputs as one batch: stacked (a loop) or concatenated (chunks, less the overlap)."""
-    if size == 1:
+def _gather(outputs: list[Any], starts: list[int], local: int, shards: int, size: int) -> Any:
+    """The calls' outputs as one batch: stacked (a loop) or concatenated (chunks, less the
+    overlap); each call's ``shards * size`` members are ``size`` of each device's block."""
+    if shards == 1 and size == 1:
         return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *outputs)
     parts = []
     end = 0
     for start, out in zip(starts, outputs):
-        parts.append(jax.tree_util.tree_map(lambda x, skip=end - start: x[skip:], out))
+        skip = end - start
+        parts.append(
+            jax.tree_util.tree_map(
+                lambda x, skip=skip: jnp.reshape(x, (shards, size, *jnp.shape(x)[1:]))[:, skip:], out
+            )
+        )
         end = start + size
-    return jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs), *parts)
+    return jax.tree_util.tree_map(
+        lambda *xs: jnp.reshape(jnp.concatenate(xs, axis=1), (shards * local, *jnp.shape(xs[0])[2:])), *parts
+    )
 
 
 def _bar(progress: bool, total: int, initial: int) -> Any:
@@ -368,20 +437,28 @@ def _choose(
     population: Any,
     args: Any,
     n: int,
+    shards: int,
     device: Any,
     how: str,
     chunk_size: int | None,
     programs: dict[int, _Program],
 ) -> tuple[Choice, Sequence[Any]]:
-    """The way to run this population (compiling what it needs), and the probe's outputs of that way."""
-    limit = None if isinstance(device, tuple) else device_memory(device)
+    """The way to run this population (compiling what it needs), and the probe's outputs of that
+    way. Sizes are members of each device's (all of them where the population is on one)."""
+    local = n // shards
+    # Spread over the batch axis: each device holds its members, and the compiled programs'
+    # memory is each device's (SPMD); spread otherwise (vmap alone): not known.
+    if shards > 1:
+        limit = device_memory(device[0])
+    else:
+        limit = None if isinstance(device, tuple) else device_memory(device)
 
     chosen: dict[str, _Program] = {}  # way -> its program
 
     def program(way: str, size: int) -> _Program:
         if size not in programs:
             try:
-                programs[size] = _compile(fn, population, args, n, size)
+                programs[size] = _compile(fn, population, args, n, shards, size)
             except jax.errors.JaxRuntimeError as e:
                 if how != "auto" or size == 1 or OUT_OF_MEMORY not in str(e):
                     raise
@@ -394,7 +471,7 @@ def _choose(
         return p.run is not None and (limit is None or p.need <= limit)
 
     if how != "auto":
-        size = {"vmap": n, "loop": 1}.get(how) or chunk_size or _default_chunk(n, lambda _: True) or 1
+        size = {"vmap": local, "loop": 1}.get(how) or chunk_size or _default_chunk(local, lambda _: True) or 1
         p = program(how, size)
         reason = f"{how} of {p.size} member(s) per call, as asked (how={how!r})"
         return Choice(how, p.size, n, device, {how: p.need}, limit, {}, reason), ()
@@ -404,20 +481,20 @@ def _choose(
     memory["loop"] = loop.need
     candidates = ["loop"]
     dropped: list[str] = []
-    if n > 1:
-        whole = program("vmap", n)
+    if local > 1:
+        whole = program("vmap", local)
         memory["vmap"] = whole.need
         (candidates if fits(whole) else dropped).append("vmap")
-    if n > 2:
-        if chunk_size is not None and chunk_size not in (1, n):
+    if local > 2:
+        if chunk_size is not None and chunk_size not in (1, local):
             k: int | None = chunk_size
         else:
             # The size is chosen by memory before compiling the chunks' program: a chunk of k
             # members needs about k / n of what the batched program needs past one member's
             # (where the compiler refused it: k times one member's own, past the arguments).
             whole = memory.get("vmap", loop.need)
-            per_member = (whole - loop.need) / (n - 1) if whole < math.inf else loop.need - loop.fixed
-            k = _default_chunk(n, lambda k: limit is None or loop.need + per_member * (k - 1) <= limit)
+            per_member = (whole - loop.need) / (local - 1) if whole < math.inf else loop.need - loop.fixed
+            k = _default_chunk(local, lambda k: limit is None or loop.need + per_member * (k - 1) <= limit)
         if k is None:
             dropped.append("chunks")  # not even 2 members by the estimate: not compiled
         else:
@@ -446,33 +523,34 @@ def _choose(
     samples: dict[str, list[float]] = {way: [] for way in candidates}
     for way in candidates:
         p = chosen[way]
-        probed[way] = [jax.block_until_ready(_call(p, population, args, n, 0))] if p.size < n else []
+        probed[way] = [jax.block_until_ready(_call(p, population, args, local, 0))] if p.size < local else []
     for round in range(PROBE_CALLS):
         for way in candidates if round % 2 == 0 else candidates[::-1]:
             p = chosen[way]
-            starts = _starts(n, p.size)
-            if p.size == n and round == 0:
-                out, took = timed(way, lambda p=p: _call(p, population, args, n, 0))
-            elif p.size < n and len(probed[way]) < len(starts):
+            starts = _starts(local, p.size)
+            if p.size == local and round == 0:
+                out, took = timed(way, lambda p=p: _call(p, population, args, local, 0))
+            elif p.size < local and len(probed[way]) < len(starts):
                 start = starts[len(probed[way])]
-                out, took = timed(way, lambda p=p, start=start: _call(p, population, args, n, start))
+                out, took = timed(way, lambda p=p, start=start: _call(p, population, args, local, start))
             else:
                 continue
             probed[way].append(out)
             samples[way].append(took)
-    seconds = {way: min(samples[way] or [0.0]) * len(_starts(n, chosen[way].size)) for way in candidates}
+    seconds = {way: min(samples[way] or [0.0]) * len(_starts(local, chosen[way].size)) for way in candidates}
     # vmap's one call was also its first (not warmed up): where it lost, it may have lost by the
     # warm-up (a small program's first call on the CPU takes twice as long, or more), so it runs
     # once more, timed.
     others = min((seconds[way] for way in candidates if way != "vmap"), default=0.0)
     if "vmap" in candidates and seconds["vmap"] > others:
         p = chosen["vmap"]
-        _, took = timed("vmap", lambda p=p: _call(p, population, args, n, 0))
+        _, took = timed("vmap", lambda p=p: _call(p, population, args, local, 0))
         seconds["vmap"] = min(seconds["vmap"], took)
     best = min(candidates, key=lambda way: seconds[way])
     p = chosen[best]
     estimate = ", ".join(f"{way} {seconds[way]:.3g} s" for way in candidates)
-    reason = f"{best} of {p.size} member(s) per call: the fastest by the probe ({estimate}){words}"
+    per_call = f"{p.size} member(s) per call" + ("" if shards == 1 else f" on each of {shards} devices")
+    reason = f"{best} of {per_call}: the fastest by the probe ({estimate}){words}"
     choice = Choice(best, p.size, n, device, memory, limit, seconds, reason)
     # The probe's calls of the chosen way are part of the run; vmap's was the whole run.
     return choice, probed[best]

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from helpers import run_with_8_host_devices
 
 import optax_pytree as opx
 from optax_pytree import _population
@@ -206,10 +207,10 @@ def test_auto_never_chooses_a_way_that_does_not_fit(
     # backend reports no limit): vmap does not fit; forced, the compiler's error is the user's.
     compile_ = _population._compile
 
-    def refusing(fn: Any, population: Any, args: Any, n: int, size: int) -> Any:
+    def refusing(fn: Any, population: Any, args: Any, n: int, shards: int, size: int) -> Any:
         if size == n:
             raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Ran out of memory in memory space hbm")
-        return compile_(fn, population, args, n, size)
+        return compile_(fn, population, args, n, shards, size)
 
     monkeypatch.setattr(_population, "_compile", refusing)
     monkeypatch.setattr(_population, "device_memory", lambda device: None)
@@ -226,3 +227,58 @@ def test_auto_never_chooses_a_way_that_does_not_fit(
         _, choice = opx.map_population(counted()[0], population, shift, with_choice=True)
     assert choice.how == "loop"
     assert any("even one member's program" in r.getMessage() for r in caplog.records)
+
+
+_SHARDED = """
+import jax, jax.numpy as jnp, numpy as np, optax
+import optax_pytree as opx
+from test_population import PARAMS, train
+
+assert len(jax.devices()) == 8
+members = 32  # 4 a device on a mesh axis of 8
+batch, _ = opx.grid(opx.wrap(optax.adam, 1e-2), learning_rate=np.geomspace(1e-3, 1e-1, members).tolist())
+params = opx.stack([jax.tree.map(lambda x, i=i: x * (1.0 + 0.05 * i), PARAMS) for i in range(members)])
+mesh = jax.sharding.Mesh(np.array(jax.devices()), ("pop",))
+population = opx.shard((batch, params), mesh, "pop")
+shift = jnp.float32(0.5)
+one = jax.jit(train)
+outs = [one(opx.index((batch, params), i), shift) for i in range(members)]
+expected = jax.tree.map(lambda *xs: jnp.stack(xs), *outs)
+traces = [0]
+def fn(member, shift):
+    traces[0] += 1
+    return train(member, shift)
+seen = {}
+for how in ("loop", "chunks", "vmap"):
+    got, choice = opx.map_population(fn, population, shift, how=how, with_choice=True)
+    # Each member's numbers, in the population's order, laid over the devices as it is.
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=2e-7), got, expected)
+    assert got[1].sharding.is_equivalent_to(population[0].learning_rate.sharding, 1), got[1].sharding
+    seen[how] = choice.chunk_size
+    assert choice.device == tuple(sorted(jax.devices(), key=lambda d: d.id))
+assert seen == {"loop": 1, "chunks": 2, "vmap": 4}, seen  # members a device: 4; chunks of 2
+assert traces[0] == 3, traces  # one program per way
+_, choice = opx.map_population(fn, population, shift, with_choice=True)  # auto: compiled already
+assert traces[0] == 3 and "on each of 8 devices" in choice.reason, (traces, choice.reason)
+# Spread over the devices otherwise than by the batch axis: vmap only, and the error says so.
+replicated = jax.device_put((batch, params), jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
+try:
+    opx.map_population(fn, replicated, shift, how="loop")
+except ValueError as e:
+    assert "not by its batch axis alone" in str(e), e
+else:
+    raise AssertionError("a replicated population ran by a loop")
+try:
+    opx.map_population(fn, population, shift, how="chunks", chunk_size=5)
+except ValueError as e:
+    assert "1..4" in str(e) and "spread over 8" in str(e), e
+print("OK")
+"""
+
+
+@pytest.mark.exhaustive  # a process of its own (8 CPU devices): CI runs it
+def test_a_population_sharded_over_its_batch_axis_runs_each_way_on_every_device() -> None:
+    # opx.shard lays the batch axis over a mesh axis of 8 CPU devices: the loop runs one member
+    # of each device's together, chunks k of each device's, vmap all; numbers and layout kept,
+    # one compilation per way, the choice per device.
+    assert run_with_8_host_devices(_SHARDED).strip().endswith("OK")
