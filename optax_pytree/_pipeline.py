@@ -412,7 +412,7 @@ def _warn_degraded(info: FactoryInfo, parts: list[str], count: int, why: str) ->
         f"optax_pytree: {info.name}: {why}; so {', '.join(parts)} "
         f"{'are' if plural else 'is'} static for these values: the object computes what "
         "plain optax computes, and a new value of a static argument is a new compilation",
-        stacklevel=_user_stacklevel(),
+        stacklevel=_recompiled.user_stacklevel(),
     )
 
 
@@ -422,11 +422,6 @@ def _outside_traces() -> Any:
 
     eval_context = getattr(jax_core, "eval_context", None)
     return eval_context() if eval_context is not None else contextlib.nullcontext()
-
-
-def _user_stacklevel() -> int:
-    """The ``stacklevel`` of the first frame outside optax_pytree (the user's call)."""
-    return _recompiled.user_stacklevel() - 1
 
 
 def _warn_static_numbers(info: FactoryInfo, analysis: Analysis, base: dict[str, Any]) -> None:

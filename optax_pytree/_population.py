@@ -300,24 +300,8 @@ def _compile(fn: Callable[..., Any], population: Any, args: Any, n: int, shards:
             return jax.vmap(lambda member: fn(member, *args))(population)
 
         lowered = jax.jit(whole).lower(population, args)
-    elif shards > 1:
-        # Each device's ``size`` members from ``start`` (its block of the batch axis viewed as
-        # (devices, members)), together: one vmapped program whose batch stays on the devices.
-        layouts = jax.tree_util.tree_map(lambda x: x.sharding, population)
-
-        def spread(population: Any, args: Any, start: Any) -> Any:
-            def take(x: Any, layout: Any) -> Any:
-                blocks = jnp.reshape(x, (shards, local, *jnp.shape(x)[1:]))
-                taken = jax.lax.dynamic_slice_in_dim(blocks, start, size, axis=1)
-                members = jnp.reshape(taken, (shards * size, *jnp.shape(x)[1:]))
-                return jax.lax.with_sharding_constraint(members, layout)
-
-            members = jax.tree_util.tree_map(take, population, layouts)
-            return jax.vmap(lambda member: fn(member, *args))(members)
-
-        lowered = jax.jit(spread).lower(population, args, np.int32(0))
-    elif size == 1:
-
+    elif size == 1 and shards == 1:
+        # One member's own program: its numbers are jax.jit(fn)'s on that member, bit for bit.
         def one(population: Any, args: Any, i: Any) -> Any:
             member = jax.tree_util.tree_map(
                 lambda x: jax.lax.dynamic_index_in_dim(x, i, keepdims=False), population
@@ -326,14 +310,24 @@ def _compile(fn: Callable[..., Any], population: Any, args: Any, n: int, shards:
 
         lowered = jax.jit(one).lower(population, args, np.int32(0))
     else:
+        # ``size`` members of each device's block from ``start`` (the batch axis viewed as
+        # (devices, members); one device: one block), together: one vmapped program, whose batch
+        # stays on the devices where the population is sharded.
+        leaves, tree = jax.tree_util.tree_flatten(population)
+        layouts = [x.sharding if shards > 1 else None for x in leaves]
 
-        def chunk(population: Any, args: Any, start: Any) -> Any:
-            members = jax.tree_util.tree_map(
-                lambda x: jax.lax.dynamic_slice_in_dim(x, start, size), population
-            )
+        def some(population: Any, args: Any, start: Any) -> Any:
+            def take(x: Any, layout: Any) -> Any:
+                blocks = jnp.reshape(x, (shards, local, *jnp.shape(x)[1:]))
+                taken = jax.lax.dynamic_slice_in_dim(blocks, start, size, axis=1)
+                members = jnp.reshape(taken, (shards * size, *jnp.shape(x)[1:]))
+                return members if layout is None else jax.lax.with_sharding_constraint(members, layout)
+
+            xs = jax.tree_util.tree_leaves(population)
+            members = jax.tree_util.tree_unflatten(tree, [take(x, lo) for x, lo in zip(xs, layouts)])
             return jax.vmap(lambda member: fn(member, *args))(members)
 
-        lowered = jax.jit(chunk).lower(population, args, np.int32(0))
+        lowered = jax.jit(some).lower(population, args, np.int32(0))
     compiled = lowered.compile()
     stats = compiled.memory_analysis()
     need = fixed = 0

@@ -53,17 +53,20 @@ def shown(differences: list[tuple[str, Any, Any]]) -> str:
     return "; ".join(f"{path or 'its value'} = {a!r}, now {b!r}" for path, a, b in differences[:4])
 
 
-def user_stacklevel() -> int:
-    """The ``stacklevel`` of the first frame outside optax_pytree (the user's call)."""
-    frame, level = sys._getframe(1), 1  # pyright: ignore[reportPrivateUsage]
+def _user_frame() -> tuple[Any, int]:
+    """The first frame outside optax_pytree, and its ``stacklevel`` as this module's caller sees it."""
+    frame, level = sys._getframe(2), 1  # pyright: ignore[reportPrivateUsage] - the caller's caller
     while frame is not None and frame.f_globals.get("__name__", "").startswith("optax_pytree."):
         frame, level = frame.f_back, level + 1
-    return level
+    return frame, level
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` of the first frame outside optax_pytree (the user's call)."""
+    return _user_frame()[1]
 
 
 def user_line() -> tuple[str, int]:
     """The file and line of the user's call (the first frame outside optax_pytree)."""
-    frame = sys._getframe(1)  # pyright: ignore[reportPrivateUsage]
-    while frame.f_back is not None and frame.f_globals.get("__name__", "").startswith("optax_pytree."):
-        frame = frame.f_back
-    return frame.f_code.co_filename, frame.f_lineno
+    frame = _user_frame()[0]
+    return ("", 0) if frame is None else (frame.f_code.co_filename, frame.f_lineno)
