@@ -321,14 +321,17 @@ def test_the_tpus_exact_scalars_are_computed_before_the_loop_not_in_every_step(
     def schedule(f: Any) -> Any:
         return f(optax.warmup_cosine_decay_schedule, 0.0, 1e-3, 10, 1000)
 
+    # (the wrapped optimizer, inject_hyperparams', how many more powers a step of the wrapped
+    # one computes: the schedule's exponent, a leaf, where inject_hyperparams' is a constant 1.0)
     cases = [
-        (lambda f: f(optax.adam, 1e-3), optax.inject_hyperparams(optax.adam)(learning_rate=1e-3)),
+        (lambda f: f(optax.adam, 1e-3), optax.inject_hyperparams(optax.adam)(learning_rate=1e-3), 0),
         (
             lambda f: f(optax.adamw, schedule(f)),
             optax.inject_hyperparams(optax.adamw)(learning_rate=schedule(lambda f, *a: f(*a))),
+            1,
         ),
     ]
-    for make, injected in cases:
+    for make, injected, more_powers in cases:
         wrapped = _loop_body_operations(_scan_program(make(opx.wrap), params, argument=True))
         reference = _loop_body_operations(_scan_program(injected, params, argument=False))
         # The exact operations' mark: a float's bits read as an integer (their neighbours,
@@ -337,3 +340,21 @@ def test_the_tpus_exact_scalars_are_computed_before_the_loop_not_in_every_step(
         # What is left per step is the power by the count (plain optax's own, and the
         # general power beside it) and its selects: measured 192 and 285 operations.
         assert len(wrapped) <= 2 * len(reference), (len(wrapped), len(reference))
+        # The general power beside the folded one (a base outside the folded power's range: a
+        # grid may hold b1=0.0) is in a conditional's branch that a step takes only for such a
+        # base (the counted operations leave branches out): a step computes the powers
+        # inject_hyperparams' does, where it once computed both of each.
+        assert "conditional" in wrapped
+        assert wrapped.count("power") == reference.count("power") + more_powers, (wrapped, reference)
+
+
+def test_the_reassociation_is_read_from_any_backends_compiled_text() -> None:
+    # Whether XLA multiplies the scalars first in (A * C) * s is read from the compiled text of
+    # such a program. A TPU's compiler writes every shape with its layout, so the question once
+    # read "no" on the chip, where the answer is yes: the build then left plain optax's order
+    # alone (test_exactness_fixes' adafactor and user cases failed there, 2026-12-06).
+    tpu = '  %multiply = f32[]{:T(128)S(6)} multiply(%copy, %constant.1), metadata={op_name="mul"}'
+    cpu = "  %multiply.1 = f32[] multiply(%s, %constant)"
+    vector = "  %multiply = f32[8]{0:T(128)} multiply(%copy-done, %broadcast)"
+    assert _backends.multiplies_scalars_first(tpu) and _backends.multiplies_scalars_first(cpu)
+    assert not _backends.multiplies_scalars_first(vector)
