@@ -138,7 +138,8 @@ def map_population(
     a way whose memory (``.compile().memory_analysis()``) exceeds the
     device's (``device.memory_stats()``, where the backend reports it) or
     that the compiler refuses for the device's memory: never a way that does
-    not fit where the loop fits. It times the rest on a short probe (the loop
+    not fit where another fits (where none does, the one that needs the
+    least runs, with a warning). It times the rest on a short probe (the loop
     on a few members and chunks on a few chunks, each after an untimed call,
     the least time per call counted; vmap on the whole population, and once
     more where it lost) and keeps the fastest by the probe's estimate of a
@@ -473,8 +474,9 @@ def _choose(
     memory: dict[str, float] = {}
     loop = program("loop", 1)
     memory["loop"] = loop.need
-    candidates = ["loop"]
+    candidates: list[str] = []
     dropped: list[str] = []
+    (candidates if fits(loop) else dropped).append("loop")
     if local > 1:
         whole = program("vmap", local)
         memory["vmap"] = whole.need
@@ -495,12 +497,20 @@ def _choose(
             chunks = program("chunks", k)
             memory["chunks"] = chunks.need
             (candidates if fits(chunks) else dropped).append("chunks")
-    if not fits(loop):
+    if not candidates:
+        # Nothing fits by the memory analysis: the way that needs the least runs (on the CPU the
+        # loop, one member's temporaries; a TPU's one-member program can need more than a
+        # batched one of a small model, its temporaries), with a warning.
+        least = min(chosen, key=lambda way: chosen[way].need)
+        dropped.remove(least)
+        candidates.append(least)
+        what = "even one member's program" if least == "loop" else f"even the smallest program ({least})"
         LOGGER.warning(
-            "optax_pytree.map_population: even one member's program (%d bytes) exceeds the device's "
-            "memory (%d bytes); running the loop",
-            loop.need,
+            "optax_pytree.map_population: %s (%d bytes) exceeds the device's memory (%d bytes); running %s",
+            what,
+            chosen[least].need,
             limit,
+            "the loop" if least == "loop" else least,
         )
     room = "the device's memory" if limit is None else f"{limit} bytes"
     words = f"; {', '.join(dropped)} would not fit in {room}" if dropped else ""

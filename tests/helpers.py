@@ -74,7 +74,13 @@ def assert_tree_allclose(a: Any, b: Any, rtol: float = 1e-5, atol: float = 1e-6)
 
 # A small least-squares problem: a 2-D and a 1-D parameter, so that shape
 # dependent code paths (factored second moments, matrix orthogonalization) run.
-TARGET = {"b": jnp.array([0.5, -1.0, 2.0]), "w": jnp.arange(12.0).reshape(4, 3) / 10.0}
+TARGET = {
+    "b": jnp.array([0.5, -1.0, 2.0]),
+    "w": jnp.arange(12.0).reshape(4, 3) / 10.0,
+    # A wide matrix and a bias of 4, for the factories whose numbers depend on those shapes.
+    "v": jnp.arange(12.0).reshape(3, 4) / -8.0,
+    "c": jnp.array([1.5, 0.25, -0.75, 0.1]),
+}
 PARAMS = {"b": jnp.array([0.1, 0.2, -0.3]), "w": jnp.linspace(-1.0, 1.0, 12).reshape(4, 3)}
 
 
@@ -434,9 +440,16 @@ RUN_OPTIONS: dict[str, dict[str, Any]] = {
 }
 
 # Parameters other than PARAMS, where a factory needs a structure of its own.
+# An independent check on a TPU (2026-12-06) found adafactor a unit off in 1 of 4 elements of a
+# bias, and muon in 2 of 12 of a 3x4 matrix, where these parameters (a bias of 3, a 4x3 matrix)
+# were equal: those shapes too.
+_WIDE = {**PARAMS, "v": jnp.linspace(1.0, -0.5, 12).reshape(3, 4), "c": jnp.array([0.3, -0.1, 0.2, 0.4])}
 PARAMS_FOR: dict[str, Any] = {
     "optax.lookahead": lambda: optax.LookaheadParams.init_synced(PARAMS),
     "optax.contrib.scale_by_muon": lambda: {"w": PARAMS["w"]},  # 2-D only; muon() routes the rest
+    "optax.contrib.muon": lambda: _WIDE,
+    "optax.adafactor": lambda: _WIDE,
+    "optax.scale_by_factored_rms": lambda: _WIDE,
 }
 
 SKIP: dict[str, str] = {}

@@ -184,7 +184,12 @@ def test_auto_never_chooses_a_way_that_does_not_fit(
     _, free = opx.map_population(counted()[0], population, shift, with_choice=True)
     assert free.how == "vmap"
     loop, chunks, vmap = free.memory["loop"], free.memory["chunks"], free.memory["vmap"]
-    assert 0 < loop < chunks < vmap  # a chunk of 2 needs more than one member, less than 5
+    if not 0 < loop < chunks < vmap:  # the next test takes the other order
+        pytest.skip(
+            f"the programs need {loop}, {chunks} and {vmap} bytes (the loop, chunks of 2, vmap) on "
+            "this backend: the limits below assume the CPU's order (a TPU v5e's one-member program "
+            "of this model needs the most, its temporaries)"
+        )
 
     # A device with room for chunks of 2 and not for the whole batch: vmap is not even probed.
     monkeypatch.setattr(_population, "device_memory", lambda device: (chunks + vmap) // 2)
@@ -229,6 +234,46 @@ def test_auto_never_chooses_a_way_that_does_not_fit(
         _, choice = opx.map_population(counted()[0], population, shift, with_choice=True)
     assert choice.how == "loop"
     assert any("even one member's program" in r.getMessage() for r in caplog.records)
+
+
+def test_where_one_member_needs_more_than_the_batch_the_loop_is_dropped_like_any_way(
+    population: Any, expected: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Compiled for a TPU v5e (without the chip, benchmarks/tpu_programs.py's way), this model's
+    # programs need 1,317,376 bytes for one member (1,064,448 of them temporaries), 249,344 for
+    # chunks of 2 and 209,920 for all 5: the loop is not the smallest there. Its memory injected
+    # so here, the loop is dropped where it does not fit, and where nothing fits the smallest runs.
+    compile_ = _population._compile
+    grown: dict[str, float] = {}
+
+    def loop_needs_most(fn: Any, population: Any, args: Any, n: int, shards: int, size: int) -> Any:
+        program = compile_(fn, population, args, n, shards, size)
+        if size == 1:
+            program.need += 10 * (program.need + 1)
+            grown["loop"] = program.need
+        return program
+
+    monkeypatch.setattr(_population, "_compile", loop_needs_most)
+    monkeypatch.setattr(_population, "timed", FakeTimings({"loop": 0.1, "chunks": 9.0, "vmap": 9.0}))
+    _, free = opx.map_population(counted()[0], population, jnp.float32(0.5), with_choice=True)
+    loop, vmap = free.memory["loop"], free.memory["vmap"]
+    assert loop == grown["loop"] > vmap and free.how == "loop"  # the fastest, where all fit
+
+    # Room for the batch, not for one member's program: the loop is not even probed.
+    monkeypatch.setattr(_population, "device_memory", lambda device: (loop + vmap) // 2)
+    got, choice = opx.map_population(counted()[0], population, jnp.float32(0.5), with_choice=True)
+    assert_batched_close(got, expected)
+    assert choice.how in ("vmap", "chunks") and "loop" not in choice.seconds
+    assert "loop" in choice.reason.split("; ")[1] and "would not fit" in choice.reason
+
+    # Room for nothing: the way that needs the least runs, with a warning naming it.
+    monkeypatch.setattr(_population, "device_memory", lambda device: 1)
+    with caplog.at_level(logging.WARNING, logger="optax_pytree"):
+        got, choice = opx.map_population(counted()[0], population, jnp.float32(0.5), with_choice=True)
+    least = min(choice.memory, key=lambda way: choice.memory[way])
+    assert choice.how == least != "loop" and choice.seconds == {}
+    assert any(f"even the smallest program ({least})" in r.getMessage() for r in caplog.records)
+    assert_batched_close(got, expected)
 
 
 _SHARDED = """
