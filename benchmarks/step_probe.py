@@ -29,9 +29,10 @@ plain optax's bits). A build that kept the folded power outside the branch and c
 only the general one in it (for a base outside the rule's range) took 5.71 µs against
 5.86 (``step_profile.py`` says why such builds do not pay). The build kept since computes the
 general power in a branch whose other side computes nothing (XLA keeps such a conditional),
-chosen by ``t * log2(c) == 0``, a value of the step: adam 5.66 and 5.65 µs at 1,024
-parameters, 8.84 and 8.77 at 101,386 (inject_hyperparams 5.05 / 4.95 and 8.11 / 8.12; two
-runs, 2026-12-06); adamw with warmup-cosine 8.89 / 8.78 and 11.73 / 11.87.
+taken for a base out of the rule's range: adam 5.66 µs at 1,024 parameters, 8.84 at 101,386
+(inject_hyperparams 5.05 and 8.11; 2026-12-06); adamw with warmup-cosine 8.89 and 11.73
+(5.99 and 8.98). The branch chosen by ``t * log2(c) == 0`` instead (a value of the step, no
+predicate of the base in the loop's state): 5.65, 8.77, 8.78 and 11.87, the same.
 """
 
 from __future__ import annotations

@@ -317,33 +317,28 @@ def _power_given_log2(c: Any, t: Any, log2_c: Any) -> Any:
     """``c ** t`` as the TPU's compiler computes it for a constant ``c`` whose folded
     logarithm is ``log2_c``: what depends on ``c`` alone first (loop-invariant), then ``t``.
 
-    The general power is needed only where the folded one is not the
-    compiler's: a base outside the rule's range (a grid may hold ``b1=0.0``;
-    its ``log2_c`` is 0), ``t == 0``, an exponent that is not finite. Of one
-    scalar base and exponent it is taken in a ``lax.cond`` branch whose other
-    side computes nothing: XLA keeps a conditional with an empty branch (its
+    The general power is needed only for a base outside the rule's range (a
+    grid may hold ``b1=0.0``) or an exponent that is not finite. Of one scalar
+    base and exponent it is taken in a ``lax.cond`` branch whose other side
+    computes nothing: XLA keeps a conditional with an empty branch (its
     conditional simplifier makes two computing branches a select of both), so
     a step whose base is in range computes one power, as
-    ``inject_hyperparams``' does. The folded power is computed before the
-    branch, as it always was (the same operations, the same bits). The branch
-    is chosen by ``t * log2_c == 0`` (a base of 1 and ``t == 0`` take it too:
-    their power is 1 either way), a value of the step, so XLA does not carry a
-    predicate of the base alone in a loop's state (on a TPU every such scalar
-    read costs the step). Under ``vmap`` with a batched base the branch is a
-    select again.
+    ``inject_hyperparams``' does. Which of the two is taken is as before, and
+    the folded power is computed before the branch with the same operations:
+    the same bits. Under ``vmap`` with a batched base the branch is a select
+    again.
     """
     # An integer exponent is converted to the base's dtype where the power is lowered.
     tf = jnp.asarray(t).astype(_F32)
-    product = tf * log2_c
-    folded = jnp.where(tf == 1, c, lax.pow(np.float32(2.0), product))
-    general_needed = product == 0  # a base out of range (log2_c is 0 there), a base of 1, t == 0
-    if not jnp.issubdtype(jnp.result_type(t), jnp.integer):
-        general_needed = general_needed | ~jnp.isfinite(product)
+    folded = jnp.where(tf == 1, c, lax.pow(np.float32(2.0), tf * log2_c))
+    use_folded = _is_normal(c) & (c > 0)  # of the base alone
+    if not jnp.issubdtype(jnp.result_type(t), jnp.integer):  # an integer's float is finite
+        use_folded = use_folded & jnp.isfinite(tf)
     if jnp.ndim(c) == 0 and jnp.ndim(t) == 0:
-        general = lax.cond(general_needed, lambda c, t: lax.pow(c, t).astype(c.dtype), lambda c, t: c, c, t)
+        general = lax.cond(use_folded, lambda c, t: c, lambda c, t: lax.pow(c, t).astype(c.dtype), c, t)
     else:
         general = lax.pow(c, t)
-    return jnp.where(general_needed, general, folded)
+    return jnp.where(use_folded, folded, general)
 
 
 @_power_of_constant_base.defjvp
