@@ -318,15 +318,15 @@ def _power_given_log2(c: Any, t: Any, log2_c: Any) -> Any:
     logarithm is ``log2_c``: what depends on ``c`` alone first (loop-invariant), then ``t``.
 
     The general power is needed only for a base outside the rule's range (a
-    grid may hold ``b1=0.0``) or an exponent that is not finite. Of one scalar
-    base and exponent it is taken in a ``lax.cond`` branch whose other side
+    grid may hold ``b1=0.0``) or an exponent that is not finite. It is taken
+    in a ``lax.cond`` branch, where any element needs it, whose other side
     computes nothing: XLA keeps a conditional with an empty branch (its
     conditional simplifier makes two computing branches a select of both), so
     a step whose base is in range computes one power, as
-    ``inject_hyperparams``' does. Which of the two is taken is as before, and
-    the folded power is computed before the branch with the same operations:
-    the same bits. Under ``vmap`` with a batched base the branch is a select
-    again.
+    ``inject_hyperparams``' does. Which of the two each element gets is as
+    before, and the folded power is computed before the branch with the same
+    operations: the same bits. Under ``vmap`` with a batched base the branch
+    is a select again.
     """
     # An integer exponent is converted to the base's dtype where the power is lowered.
     tf = jnp.asarray(t).astype(_F32)
@@ -334,10 +334,10 @@ def _power_given_log2(c: Any, t: Any, log2_c: Any) -> Any:
     use_folded = _is_normal(c) & (c > 0)  # of the base alone
     if not jnp.issubdtype(jnp.result_type(t), jnp.integer):  # an integer's float is finite
         use_folded = use_folded & jnp.isfinite(tf)
-    if jnp.ndim(c) == 0 and jnp.ndim(t) == 0:
-        general = lax.cond(use_folded, lambda c, t: c, lambda c, t: lax.pow(c, t).astype(c.dtype), c, t)
-    else:
-        general = lax.pow(c, t)
+    base = jnp.broadcast_to(c, jnp.shape(folded))  # the empty side returns it as it is
+    general = lax.cond(
+        jnp.all(use_folded), lambda c, t: c, lambda c, t: lax.pow(c, t).astype(c.dtype), base, t
+    )
     return jnp.where(use_folded, folded, general)
 
 

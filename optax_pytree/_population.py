@@ -504,13 +504,17 @@ def _choose(
         least = min(chosen, key=lambda way: chosen[way].need)
         dropped.remove(least)
         candidates.append(least)
-        what = "even one member's program" if least == "loop" else f"even the smallest program ({least})"
+        what, running = (
+            ("even one member's program", "the loop")
+            if least == "loop"
+            else (f"even the smallest program ({least})", least)
+        )
         LOGGER.warning(
             "optax_pytree.map_population: %s (%d bytes) exceeds the device's memory (%d bytes); running %s",
             what,
             chosen[least].need,
             limit,
-            "the loop" if least == "loop" else least,
+            running,
         )
     room = "the device's memory" if limit is None else f"{limit} bytes"
     words = f"; {', '.join(dropped)} would not fit in {room}" if dropped else ""
