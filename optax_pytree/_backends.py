@@ -318,27 +318,37 @@ def _power_given_log2(c: Any, t: Any, log2_c: Any) -> Any:
     logarithm is ``log2_c``: what depends on ``c`` alone first (loop-invariant), then ``t``.
 
     The general power is needed only for a base outside the rule's range (a
-    grid may hold ``b1=0.0``) or an exponent that is not finite. It is taken
-    in a ``lax.cond`` branch, where any element needs it, whose other side
-    computes nothing: XLA keeps a conditional with an empty branch (its
-    conditional simplifier makes two computing branches a select of both), so
-    a step whose base is in range computes one power, as
-    ``inject_hyperparams``' does. Which of the two each element gets is as
-    before, and the folded power is computed before the branch with the same
-    operations: the same bits. Under ``vmap`` with a batched base the branch
-    is a select again.
+    grid may hold ``b1=0.0``) or an exponent that is not finite. Of scalars
+    (a step's count, a hyperparameter), the whole power is a ``lax.cond``
+    whose branches compute one power each, the folded one or the general
+    one: on a TPU a step then reads what it would read for
+    ``inject_hyperparams``' one power, in one place. Elsewhere (a batched
+    base under ``vmap``, an array exponent) the general power is taken in a
+    branch, where any element needs it, whose other side computes nothing
+    (XLA keeps such a conditional; two computing branches of arrays become a
+    select of both), and each element's power selected. Which of the two
+    each element gets is the same either way, and so are the operations.
     """
     # An integer exponent is converted to the base's dtype where the power is lowered.
     tf = jnp.asarray(t).astype(_F32)
-    folded = jnp.where(tf == 1, c, lax.pow(np.float32(2.0), tf * log2_c))
     use_folded = _is_normal(c) & (c > 0)  # of the base alone
     if not jnp.issubdtype(jnp.result_type(t), jnp.integer):  # an integer's float is finite
         use_folded = use_folded & jnp.isfinite(tf)
+    if jnp.ndim(use_folded) == 0:
+        return lax.cond(use_folded, _folded_power, _general_power, c, t, log2_c)
+    folded = _folded_power(c, t, log2_c)
     base = jnp.broadcast_to(c, jnp.shape(folded))  # the empty side returns it as it is
-    general = lax.cond(
-        jnp.all(use_folded), lambda c, t: c, lambda c, t: lax.pow(c, t).astype(c.dtype), base, t
-    )
+    general = lax.cond(jnp.all(use_folded), lambda c, t: c, _general_power, base, t)
     return jnp.where(use_folded, folded, general)
+
+
+def _folded_power(c: Any, t: Any, log2_c: Any = None) -> Any:
+    tf = jnp.asarray(t).astype(_F32)
+    return jnp.where(tf == 1, c, lax.pow(np.float32(2.0), tf * log2_c))
+
+
+def _general_power(c: Any, t: Any, log2_c: Any = None) -> Any:
+    return jnp.broadcast_to(lax.pow(c, t).astype(c.dtype), jnp.broadcast_shapes(jnp.shape(c), jnp.shape(t)))
 
 
 @_power_of_constant_base.defjvp

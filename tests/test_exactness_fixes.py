@@ -222,9 +222,10 @@ def test_a_loop_unrolled_inside_one_jit_is_exact_where_the_object_is_made_inside
     # Init and five steps in one jitted function, a Python loop: XLA folds what plain optax
     # computes from each step's (constant) count and its constant hyperparameters. Made inside
     # the function from Python numbers, the wrapped object's leaves are constants too: bit for
-    # bit. An argument of the function, they are read at run time: within the difference
-    # docs/guide/numerics.md states (6.4e-5 relative at most, measured); in a lax.scan the same
-    # argument is bit for bit.
+    # bit. An argument of the function, they are read at run time, and differ from plain
+    # optax's folds no more than plain optax's own steps do with its hyperparameters read at
+    # run time (docs/guide/numerics.md: 6.4e-5 against 2.0e-4 relative on the CPU, 1.4e-4 for
+    # the wrapped optimizer on a TPU v5e); in a lax.scan the same argument is bit for bit.
     params = {"b": jnp.linspace(0.5, -0.5, 8), "w": jnp.linspace(-1.0, 1.0, 32)}
 
     def make(f: Any) -> Any:
@@ -252,7 +253,16 @@ def test_a_loop_unrolled_inside_one_jit_is_exact_where_the_object_is_made_inside
     plain = jax.jit(lambda: unrolled(make(raw)))()
     assert_jit_bit_for_bit(jax.jit(lambda: unrolled(make(opx.wrap)))(), plain)
     argument = jax.jit(unrolled)(make(opx.wrap))
-    chex.assert_trees_all_close(argument, plain, rtol=1e-4, atol=0)
+    schedule = plain_optax.warmup_cosine_decay_schedule(0.0, 1e-2, 2, 10)
+    read_at_run_time = jax.jit(
+        lambda b1, b2, eps, wd: unrolled(plain_optax.adamw(schedule, b1=b1, b2=b2, eps=eps, weight_decay=wd))
+    )(0.9, 0.999, 1e-8, 1e-4)
+
+    def relative(x: Any) -> float:
+        differences = jax.tree.map(lambda a, b: float(jnp.max(jnp.abs(a - b) / jnp.abs(b))), x, plain)
+        return max(jax.tree.leaves(differences))
+
+    assert relative(argument) <= relative(read_at_run_time), (relative(argument), relative(read_at_run_time))
     assert_jit_bit_for_bit(jax.jit(scanned)(make(opx.wrap)), jax.jit(lambda: scanned(make(raw)))())
     # Made inside jit first, the configuration's analysis is still the one made outside: another
     # peak outside is the same compilation (it was static, every peak a new one, once an
