@@ -117,7 +117,7 @@ NOT_BIT_FOR_BIT_UNDER_JIT_ON_CPU: dict[str, str] = {
 
 # Measured on a TPU v5e (docs/guide/numerics.md): each with its cause.
 # Measured on a TPU v5e (jax 0.10.2; benchmarks/constants_probe.py, docs/guide/numerics.md):
-# 7 of the 141, against the CPU's 16, each in the last bits after six steps (at most 1.7e-6
+# 8 of the 141 (muon since), against the CPU's 16, each in the last bits after six steps (at most 1.7e-6
 # relative). The ALGSIMP ones are bit for bit with XLA's algebraic simplifier off
 # (--xla_disable_hlo_passes=algsimp, on the TPU), and no single operation of theirs differs
 # with its hyperparameters constants (the probe, op by op): a rewrite across operations.
@@ -140,6 +140,13 @@ NOT_BIT_FOR_BIT_UNDER_JIT_ON_TPU: dict[str, str] = {
     # optax's, computed on the device in the wrapped one). To measure again on the chip.
     "optax.cosine_onecycle_schedule": _TPU_ALGSIMP,
     "optax.linear_onecycle_schedule": _TPU_ALGSIMP,
+    # Found by the 3x4 matrix (2026-12-07: 1 of 12 elements, 7.4e-8 relative); five steps with
+    # other gradients were bit for bit, with ns_steps a leaf and static alike.
+    "optax.contrib.muon": (
+        "ns_steps, a leaf, is the Newton-Schulz loop's trip count: XLA unrolls plain optax's "
+        "constant 5 (15 dots in their fusions), the wrapped program keeps the loop (3 dots), "
+        "and the TPU computes the two apart in the last bit (benchmarks/tpu_programs.py)"
+    ),
 }
 
 NOT_BIT_FOR_BIT_UNDER_JIT = {

@@ -224,8 +224,10 @@ def test_a_loop_unrolled_inside_one_jit_is_exact_where_the_object_is_made_inside
     # the function from Python numbers, the wrapped object's leaves are constants too: bit for
     # bit. An argument of the function, they are read at run time, and differ from plain
     # optax's folds no more than plain optax's own steps do with its hyperparameters read at
-    # run time (docs/guide/numerics.md: 6.4e-5 against 2.0e-4 relative on the CPU, 1.4e-4 for
-    # the wrapped optimizer on a TPU v5e); in a lax.scan the same argument is bit for bit.
+    # run time, or in a lax.scan (docs/guide/numerics.md: 6.4e-5 against 2.0e-4 relative on
+    # the CPU; on a TPU v5e 6.7e-3, plain optax's scan against its unrolled loop the same:
+    # the device's power of the count, which plain optax's unrolled loop folds on the host);
+    # in a lax.scan the same argument is bit for bit.
     params = {"b": jnp.linspace(0.5, -0.5, 8), "w": jnp.linspace(-1.0, 1.0, 32)}
 
     def make(f: Any) -> Any:
@@ -262,8 +264,10 @@ def test_a_loop_unrolled_inside_one_jit_is_exact_where_the_object_is_made_inside
         differences = jax.tree.map(lambda a, b: float(jnp.max(jnp.abs(a - b) / jnp.abs(b))), x, plain)
         return max(jax.tree.leaves(differences))
 
-    assert relative(argument) <= relative(read_at_run_time), (relative(argument), relative(read_at_run_time))
-    assert_jit_bit_for_bit(jax.jit(scanned)(make(opx.wrap)), jax.jit(lambda: scanned(make(raw)))())
+    plain_scanned = jax.jit(lambda: scanned(make(raw)))()
+    bounds = (relative(read_at_run_time), relative(plain_scanned))
+    assert relative(argument) <= max(bounds), (relative(argument), bounds)
+    assert_jit_bit_for_bit(jax.jit(scanned)(make(opx.wrap)), plain_scanned)
     # Made inside jit first, the configuration's analysis is still the one made outside: another
     # peak outside is the same compilation (it was static, every peak a new one, once an
     # analysis made under the trace was cached).
