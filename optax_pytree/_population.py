@@ -142,9 +142,10 @@ def map_population(
     not fit where another fits (where none does, the one that needs the
     least runs, with a warning). It times the rest on a short probe (the loop
     on a few members and chunks on a few chunks, each after an untimed call,
-    the least time per call counted; vmap on the whole population, and once
-    more where it lost) and keeps the fastest by the probe's estimate of a
-    whole run. The probe's calls of the chosen way are part of the run
+    the least time per call counted, then the assembling of their outputs
+    into one batch, timed once; vmap on the whole population, and once more
+    where it lost) and keeps the fastest by the probe's estimate of a whole
+    run. The probe's calls of the chosen way are part of the run
     (vmap's is all of it), so the probe costs at most two vmapped runs of the
     population and a few calls of the other ways, once. The choice is
     remembered for the same ``fn`` object, shapes, dtypes and device: a
@@ -554,6 +555,24 @@ def _choose(
             probed[way].append(out)
             samples[way].append(took)
     seconds = {way: min(samples[way] or [0.0]) * len(_starts(local, chosen[way].size)) for way in candidates}
+    # A run of the loop or of chunks also assembles its calls' outputs into one batch (one
+    # program, a copy of every output; a dispatch per leaf operation before: on a TPU, 2
+    # chunks of 8 members took 19.9 ms, vmap 6.7, and the probe, timing the calls alone,
+    # chose the chunks): timed once warm, on the probe's outputs repeated.
+    for way in candidates:
+        p = chosen[way]
+        if p.size < local and probed[way]:
+            starts = tuple(_starts(local, p.size))
+            outputs = [probed[way][i % len(probed[way])] for i in range(len(starts))]
+            jax.block_until_ready(_gather(outputs, starts, local, shards, p.size))  # compiled here
+
+            def assemble(
+                outputs: list[Any] = outputs, starts: tuple[int, ...] = starts, size: int = p.size
+            ) -> Any:
+                return _gather(outputs, starts, local, shards, size)
+
+            _, took = timed(f"{way}: assembling", assemble)
+            seconds[way] += took
     # vmap's one call was also its first (not warmed up): where it lost, it may have lost by the
     # warm-up (a small program's first call on the CPU takes twice as long, or more), so it runs
     # once more, timed.
