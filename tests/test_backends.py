@@ -336,7 +336,8 @@ def test_the_tpus_exact_scalars_are_computed_before_the_loop_not_in_every_step(
         ),
     ]
     for make, injected, more_powers in cases:
-        wrapped = _loop_body_operations(_scan_program(make(opx.wrap), params, argument=True))
+        program = _scan_program(make(opx.wrap), params, argument=True)
+        wrapped = _loop_body_operations(program)
         reference = _loop_body_operations(_scan_program(injected, params, argument=False))
         # The exact operations' mark: a float's bits read as an integer (their neighbours,
         # the logarithm's exponent and mantissa), none of it in the loop.
@@ -352,7 +353,6 @@ def test_the_tpus_exact_scalars_are_computed_before_the_loop_not_in_every_step(
         # step at 1,024 parameters on a TPU v5e, inject_hyperparams' 5.05).
         assert wrapped.count("conditional") == reference.count("power"), (wrapped, reference)
         assert wrapped.count("power") == more_powers, wrapped
-        program = _scan_program(make(opx.wrap), params, argument=True)
         everything = _loop_body_operations(program, branches=True)
         assert everything.count("power") == 2 * reference.count("power") + more_powers, everything
 

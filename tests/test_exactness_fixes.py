@@ -265,8 +265,8 @@ def test_a_loop_unrolled_inside_one_jit_is_exact_where_the_object_is_made_inside
         return max(jax.tree.leaves(differences))
 
     plain_scanned = jax.jit(lambda: scanned(make(raw)))()
-    bounds = (relative(read_at_run_time), relative(plain_scanned))
-    assert relative(argument) <= max(bounds), (relative(argument), bounds)
+    got, bounds = relative(argument), (relative(read_at_run_time), relative(plain_scanned))
+    assert got <= max(bounds), (got, bounds)
     assert_jit_bit_for_bit(jax.jit(scanned)(make(opx.wrap)), plain_scanned)
     # Made inside jit first, the configuration's analysis is still the one made outside: another
     # peak outside is the same compilation (it was static, every peak a new one, once an
