@@ -14,19 +14,19 @@ from __future__ import annotations
 
 # pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 import dataclasses
-import functools
 import importlib.util
 import logging
 import math
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._leaves import weak
 from ._sweep import batch_size
 
 LOGGER = logging.getLogger("optax_pytree")
@@ -54,8 +54,8 @@ class Choice:
         device: the device the programs run on (the devices, in order, for a
             population spread over several).
         memory: way -> the bytes its compiled program needs (arguments,
-            outputs and temporaries, less donated buffers, plus the stacked
-            outputs a loop or chunks accumulate), for each way compiled;
+            outputs and temporaries, less donated buffers, plus the batch a
+            loop or chunks write their calls' outputs into), for each way compiled;
             infinite where the compiler refused it for the device's memory.
         limit: the device's memory in bytes (``device.memory_stats()``), or
             None where the backend does not report it (the CPU).
@@ -83,6 +83,7 @@ class _Program:
     size: int  # members per call
     need: float  # bytes (infinite where refused)
     fixed: int  # of which the arguments' (the whole population's, whatever the way)
+    place: Any = None  # a loop's or chunks': writes a call's outputs into the batch, in place
 
 
 @dataclasses.dataclass
@@ -135,6 +136,10 @@ def map_population(
       (the last chunk overlaps the one before where the size does not divide);
     - ``"loop"``: a loop over one compiled program of one member.
 
+    A loop or chunks write each call's outputs into the batch in place (a
+    donated ``dynamic_update_slice``): a run holds the population, the
+    batch of outputs and one call's outputs and temporaries.
+
     ``how="auto"`` compiles the candidates (one compilation each) and drops
     a way whose memory (``.compile().memory_analysis()``) exceeds the
     device's (``device.memory_stats()``, where the backend reports it) or
@@ -142,12 +147,13 @@ def map_population(
     not fit where another fits (where none does, the one that needs the
     least runs, with a warning). It times the rest on a short probe (the loop
     on a few members and chunks on a few chunks, each after an untimed call,
-    the least time per call counted, then the assembling of their outputs
-    into one batch, timed once; vmap on the whole population, and once more
+    the least time per call counted, each call with the writing of its
+    outputs into the batch; vmap on the whole population, and once more
     where it lost) and keeps the fastest by the probe's estimate of a whole
-    run. The probe's calls of the chosen way are part of the run
-    (vmap's is all of it), so the probe costs at most two vmapped runs of the
-    population and a few calls of the other ways, once. The choice is
+    run. vmap's probe is its whole run, and the chosen way's probed calls
+    are part of its run where the other did not write into the batch too,
+    so the probe costs at most two vmapped runs of the population and a few
+    calls of the other ways, once. The choice is
     remembered for the same ``fn`` object, shapes, dtypes and device: a
     repeat call neither compiles nor probes again. It is logged at INFO on
     the ``optax_pytree`` logger and returned with ``with_choice=True``.
@@ -235,7 +241,7 @@ def map_population(
     entry = entries.get(key)
     if entry is None:
         entry = entries[key] = _Entry({}, {})
-    done: Sequence[Any] = ()
+    done: Any = None
     choice = entry.choices.get((how, chunk_size))
     if choice is None:
         choice, done = _choose(fn, population, args, n, shards, device, how, chunk_size, entry.programs)
@@ -342,10 +348,11 @@ def _compile(fn: Callable[..., Any], population: Any, args: Any, n: int, shards:
             + stats.generated_code_size_in_bytes
             - stats.alias_size_in_bytes
         )
-        calls = math.ceil(local / size)
-        # A loop or chunks hold every call's outputs, then their concatenation.
-        need += stats.output_size_in_bytes * (1 if calls == 1 else 2 * calls)
-    return _Program(compiled, size, need, fixed)
+        # A loop or chunks write each call's outputs into the batch, in place (``_Batch``): the
+        # batch (``local / size`` calls' outputs) and one call's outputs at a time.
+        need += stats.output_size_in_bytes * (1 if size == local else 1 + local / size)
+    place = None if size == local else _placer(population, local, shards, size)
+    return _Program(compiled, size, need, fixed, place)
 
 
 def _starts(n: int, size: int) -> list[int]:
@@ -369,49 +376,102 @@ def _run(
     n: int,
     shards: int,
     progress: bool,
-    done: Sequence[Any] = (),
+    done: Any = None,
 ) -> Any:
-    """The whole population through one program; ``done``: the outputs of its first calls, from the probe."""
+    """The whole population through one program. ``done``: vmap's output from the probe, or the
+    ``_Batch`` the probe's calls of this way wrote into (and how many)."""
     local = n // shards
     if program.size == local:
-        return done[0] if done else _call(program, population, args, local, 0)
+        return done if done is not None else _call(program, population, args, local, 0)
+    batch, written = done if done is not None else (_Batch(), 0)
     starts = _starts(local, program.size)
-    outputs = list(done)
-    bar = _bar(progress, len(starts), len(outputs))
-    for start in starts[len(outputs) :]:
-        outputs.append(_call(program, population, args, local, start))
+    bar = _bar(progress, len(starts), written)
+    for start in starts[written:]:
+        batch.put(program, _call(program, population, args, local, start), start)
         if bar is not None:
             bar.update(1)
     if bar is not None:
         bar.close()
-    return _gather(outputs, tuple(starts), local, shards, program.size)
+    return batch.outputs
 
 
-@functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))
-def _gather(outputs: list[Any], starts: tuple[int, ...], local: int, shards: int, size: int) -> Any:
-    """The calls' outputs as one batch: stacked (a loop) or concatenated (chunks, less the
-    overlap); each call's ``shards * size`` members are ``size`` of each device's block.
+class _Batch:
+    """The outputs of a loop or chunks as one batch, each call's written into it in place.
 
-    One jitted program: eagerly, each leaf's slices, concatenation and reshape are dispatches
-    of their own, each a fraction of a millisecond on a TPU, which the probe (timing the calls
-    alone) did not see: there, 16 members of 1M parameters in 2 chunks of 8 took 19.9 ms, all
-    16 vmapped 6.7 ms, and ``how="auto"`` chose the chunks (2026-12-07). Data moved, not
-    computed: the same values."""
-    if shards == 1 and size == 1:
-        return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *outputs)
-    parts = []
-    end = 0
-    for start, out in zip(starts, outputs):
-        skip = end - start
-        parts.append(
-            jax.tree_util.tree_map(
-                lambda x, skip=skip: jnp.reshape(x, (shards, size, *jnp.shape(x)[1:]))[:, skip:], out
-            )
-        )
-        end = start + size
-    return jax.tree_util.tree_map(
-        lambda *xs: jnp.reshape(jnp.concatenate(xs, axis=1), (shards * local, *jnp.shape(xs[0])[2:])), *parts
+    Allocated at the first call's outputs (their shapes, dtypes and weak types, the batch axis
+    laid over the devices as the population's), then each call's written at its members by a
+    donated ``dynamic_update_slice``: the run holds the batch and one call's outputs, where
+    keeping every call's outputs to stack them at the end held them twice (and assembling them
+    took a dispatch per leaf operation eagerly: on a TPU, 2 chunks of 8 members of 1M
+    parameters took 19.9 ms, all 16 vmapped 6.7; 2026-12-07). A chunk that overlaps the one
+    before writes its members again. Data moved, not computed: each member's values are its
+    call's, bit for bit.
+    """
+
+    def __init__(self) -> None:
+        self.outputs: Any = None
+
+    def put(self, program: _Program, out: Any, start: int) -> None:
+        if self.outputs is None:
+            self.outputs = program.place.allocate(out)
+        self.outputs = program.place(self.outputs, out, np.int32(start))
+
+
+def _placer(population: Any, local: int, shards: int, size: int) -> Any:
+    """A jitted, donated ``(batch, out, start) -> batch`` writing a call's outputs (``size`` of
+    each device's ``shards`` blocks of members from ``start``) into the batch, and its
+    ``allocate(out)``: the batch of zeros for the first call's outputs."""
+    first = jax.tree_util.tree_leaves(population)[0]
+    sharding = getattr(first, "sharding", None)
+    layout = (
+        jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec(sharding.spec[0]))
+        if shards > 1 and isinstance(sharding, jax.sharding.NamedSharding)
+        else None
     )
+
+    def write(batch: Any, out: Any, start: Any) -> Any:
+        def put(b: Any, o: Any) -> Any:
+            rest = jnp.shape(b)[1:]
+            blocks = jnp.reshape(b, (shards, local, *rest))
+            part = jnp.reshape(o, (shards, size, *rest)).astype(b.dtype)
+            whole = jnp.reshape(
+                jax.lax.dynamic_update_slice_in_dim(blocks, part, start, axis=1), jnp.shape(b)
+            )
+            return whole if layout is None else jax.lax.with_sharding_constraint(whole, layout)
+
+        return jax.tree_util.tree_map(put, batch, out)
+
+    return _Placer(jax.jit(write, donate_argnums=0), layout, local, shards, size)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Placer:
+    """What ``_placer`` makes: the donated write, and the allocation of the batch."""
+
+    write: Any
+    layout: Any
+    local: int
+    shards: int
+    size: int
+
+    def __call__(self, batch: Any, out: Any, start: Any) -> Any:
+        return self.write(batch, out, start)
+
+    def allocate(self, out: Any) -> Any:
+        """The batch of zeros for the first call's outputs: their dtypes and weak types, the
+        batch axis laid over the devices as the population's."""
+        leaves, tree = jax.tree_util.tree_flatten(out)
+        one = self.size == 1 and self.shards == 1  # a member's own outputs: no batch axis yet
+        shapes = [(self.shards * self.local, *(jnp.shape(o) if one else jnp.shape(o)[1:])) for o in leaves]
+        kinds = [(o.dtype, bool(getattr(o, "weak_type", False))) for o in leaves]
+        where = self.layout
+        if where is None and leaves:
+            where = jax.sharding.SingleDeviceSharding(next(iter(leaves[0].devices())))
+
+        def zeros() -> list[Any]:
+            return [weak(jnp.zeros(s, d)) if w else jnp.zeros(s, d) for s, (d, w) in zip(shapes, kinds)]
+
+        return jax.tree_util.tree_unflatten(tree, jax.jit(zeros, out_shardings=where)())
 
 
 def _bar(progress: bool, total: int, initial: int) -> Any:
@@ -446,7 +506,7 @@ def _choose(
     how: str,
     chunk_size: int | None,
     programs: dict[int, _Program],
-) -> tuple[Choice, Sequence[Any]]:
+) -> tuple[Choice, Any]:
     """The way to run this population (compiling what it needs), and the probe's outputs of that
     way. Sizes are members of each device's (all of them where the population is on one)."""
     local = n // shards
@@ -478,7 +538,7 @@ def _choose(
         size = {"vmap": local, "loop": 1}.get(how) or chunk_size or _default_chunk(local, lambda _: True) or 1
         p = program(how, size)
         reason = f"{how} of {p.size} member(s) per call, as asked (how={how!r})"
-        return Choice(how, p.size, n, device, {how: p.need}, limit, {}, reason), ()
+        return Choice(how, p.size, n, device, {how: p.need}, limit, {}, reason), None
 
     memory: dict[str, float] = {}
     loop = program("loop", 1)
@@ -530,49 +590,40 @@ def _choose(
     if len(candidates) == 1:
         p = chosen[candidates[0]]
         reason = f"{candidates[0]}: the only way{words or ' for a population of one'}"
-        return Choice(candidates[0], p.size, n, device, memory, limit, {}, reason), ()
+        return Choice(candidates[0], p.size, n, device, memory, limit, {}, reason), None
 
     # The probe: vmap's one call is the whole run; the loop and chunks are warmed up by their
     # first call, then timed in turns (the order reversed every round, so a neighbour's load
-    # falls on both), and the least of their times per call (a busy machine only ever adds)
-    # times their number of calls.
-    probed: dict[str, list[Any]] = {}
-    samples: dict[str, list[float]] = {way: [] for way in candidates}
+    # falls on both), each call with the writing of its outputs into the batch (``_Batch``,
+    # one for both: the probe holds no more than their run), and the least of their times per
+    # call (a busy machine only ever adds) times their number of calls.
+    batch = _Batch()
+    written = {way: 0 for way in candidates}  # calls written into the batch, from the first
+    vmapped: Any = None
+
+    def write(p: _Program, start: int) -> Any:
+        batch.put(p, _call(p, population, args, local, start), start)
+        return batch.outputs
+
     for way in candidates:
         p = chosen[way]
-        probed[way] = [jax.block_until_ready(_call(p, population, args, local, 0))] if p.size < local else []
+        if p.size < local:
+            jax.block_until_ready(write(p, 0))
+            written[way] = 1
+    samples: dict[str, list[float]] = {way: [] for way in candidates}
     for round in range(PROBE_CALLS):
         for way in candidates if round % 2 == 0 else candidates[::-1]:
             p = chosen[way]
             starts = _starts(local, p.size)
             if p.size == local and round == 0:
-                out, took = timed(way, lambda p=p: _call(p, population, args, local, 0))
-            elif p.size < local and len(probed[way]) < len(starts):
-                start = starts[len(probed[way])]
-                out, took = timed(way, lambda p=p, start=start: _call(p, population, args, local, start))
+                vmapped, took = timed(way, lambda p=p: _call(p, population, args, local, 0))
+            elif p.size < local and written[way] < len(starts):
+                _, took = timed(way, lambda p=p, start=starts[written[way]]: write(p, start))
+                written[way] += 1
             else:
                 continue
-            probed[way].append(out)
             samples[way].append(took)
     seconds = {way: min(samples[way] or [0.0]) * len(_starts(local, chosen[way].size)) for way in candidates}
-    # A run of the loop or of chunks also assembles its calls' outputs into one batch (one
-    # program, a copy of every output; a dispatch per leaf operation before: on a TPU, 2
-    # chunks of 8 members took 19.9 ms, vmap 6.7, and the probe, timing the calls alone,
-    # chose the chunks): timed once warm, on the probe's outputs repeated.
-    for way in candidates:
-        p = chosen[way]
-        if p.size < local and probed[way]:
-            starts = tuple(_starts(local, p.size))
-            outputs = [probed[way][i % len(probed[way])] for i in range(len(starts))]
-
-            def assemble(
-                outputs: list[Any] = outputs, starts: tuple[int, ...] = starts, size: int = p.size
-            ) -> Any:
-                return _gather(outputs, starts, local, shards, size)
-
-            jax.block_until_ready(assemble())  # compiled here: the run's own program
-            _, took = timed(f"{way}: assembling", assemble)
-            seconds[way] += took
     # vmap's one call was also its first (not warmed up): where it lost, it may have lost by the
     # warm-up (a small program's first call on the CPU takes twice as long, or more), so it runs
     # once more, timed.
@@ -587,5 +638,9 @@ def _choose(
     per_call = f"{p.size} member(s) per call" + ("" if shards == 1 else f" on each of {shards} devices")
     reason = f"{best} of {per_call}: the fastest by the probe ({estimate}){words}"
     choice = Choice(best, p.size, n, device, memory, limit, seconds, reason)
-    # The probe's calls of the chosen way are part of the run; vmap's was the whole run.
-    return choice, probed[best]
+    # vmap's probe was its whole run. The chosen loop's or chunks' calls in the batch are part
+    # of the run, unless the other wrote into it too (its members then are written again).
+    if best == "vmap":
+        return choice, vmapped
+    others = [way for way in candidates if way not in (best, "vmap")]
+    return choice, (batch, 0 if others else written[best])
