@@ -444,15 +444,18 @@ def _placer(population: Any, local: int, shards: int, size: int) -> Any:
     return _Placer(jax.jit(write, donate_argnums=0), layout, local, shards, size)
 
 
-@dataclasses.dataclass(frozen=True)
 class _Placer:
-    """What ``_placer`` makes: the donated write, and the allocation of the batch."""
+    """What ``_placer`` makes: the donated write, and the allocation of the batch (one jitted
+    program, made once: a jitted function made at each run would be traced and compiled at each
+    run, tens of milliseconds on a TPU)."""
 
-    write: Any
-    layout: Any
-    local: int
-    shards: int
-    size: int
+    def __init__(self, write: Any, layout: Any, local: int, shards: int, size: int) -> None:
+        self.write = write
+        self.layout = layout
+        self.local = local
+        self.shards = shards
+        self.size = size
+        self._zeros: dict[Any, Any] = {}  # the outputs' shapes and kinds -> the jitted allocation
 
     def __call__(self, batch: Any, out: Any, start: Any) -> Any:
         return self.write(batch, out, start)
@@ -462,16 +465,21 @@ class _Placer:
         batch axis laid over the devices as the population's."""
         leaves, tree = jax.tree_util.tree_flatten(out)
         one = self.size == 1 and self.shards == 1  # a member's own outputs: no batch axis yet
-        shapes = [(self.shards * self.local, *(jnp.shape(o) if one else jnp.shape(o)[1:])) for o in leaves]
-        kinds = [(o.dtype, bool(getattr(o, "weak_type", False))) for o in leaves]
+        shapes = tuple(
+            (self.shards * self.local, *(jnp.shape(o) if one else jnp.shape(o)[1:])) for o in leaves
+        )
+        kinds = tuple((np.dtype(o.dtype), bool(getattr(o, "weak_type", False))) for o in leaves)
         where = self.layout
         if where is None and leaves:
             where = jax.sharding.SingleDeviceSharding(next(iter(leaves[0].devices())))
+        key = (shapes, kinds, where)
+        if key not in self._zeros:
 
-        def zeros() -> list[Any]:
-            return [weak(jnp.zeros(s, d)) if w else jnp.zeros(s, d) for s, (d, w) in zip(shapes, kinds)]
+            def zeros() -> list[Any]:
+                return [weak(jnp.zeros(s, d)) if w else jnp.zeros(s, d) for s, (d, w) in zip(shapes, kinds)]
 
-        return jax.tree_util.tree_unflatten(tree, jax.jit(zeros, out_shardings=where)())
+            self._zeros[key] = jax.jit(zeros, out_shardings=where)
+        return jax.tree_util.tree_unflatten(tree, self._zeros[key]())
 
 
 def _bar(progress: bool, total: int, initial: int) -> Any:
