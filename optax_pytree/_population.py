@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._leaves import weak
+from . import _leaves
 from ._sweep import batch_size
 
 LOGGER = logging.getLogger("optax_pytree")
@@ -54,8 +54,8 @@ class Choice:
         device: the device the programs run on (the devices, in order, for a
             population spread over several).
         memory: way -> the bytes its compiled program needs (arguments,
-            outputs and temporaries, less donated buffers, plus the batch a
-            loop or chunks write their calls' outputs into), for each way compiled;
+            outputs and temporaries, less donated buffers: a loop's or chunks'
+            batch of outputs, written in place, counted once), for each way compiled;
             infinite where the compiler refused it for the device's memory.
         limit: the device's memory in bytes (``device.memory_stats()``), or
             None where the backend does not report it (the CPU).
@@ -82,8 +82,10 @@ class _Program:
     run: Any  # the jax Compiled; None where the compiler refused it for the device's memory
     size: int  # members per call
     need: float  # bytes (infinite where refused)
-    fixed: int  # of which the arguments' (the whole population's, whatever the way)
-    place: Any = None  # a loop's or chunks': writes a call's outputs into the batch, in place
+    fixed: int  # of which the arguments' (the whole population's, whatever the way), not donated
+    tree: Any = None  # a loop's or chunks': the structure of fn's outputs
+    batch: Any = None  # a loop's or chunks': the batch of outputs (ShapeDtypeStructs) it writes into
+    zeros: Any = None  # a loop's or chunks': the batch's allocation, jitted once
 
 
 @dataclasses.dataclass
@@ -136,9 +138,9 @@ def map_population(
       (the last chunk overlaps the one before where the size does not divide);
     - ``"loop"``: a loop over one compiled program of one member.
 
-    A loop or chunks write each call's outputs into the batch in place (a
-    donated ``dynamic_update_slice``): a run holds the population, the
-    batch of outputs and one call's outputs and temporaries.
+    The program of a loop or of chunks writes each call's outputs into the
+    batch in place (a donated argument): a run holds the population, the
+    batch of outputs and one call's temporaries, one dispatch a call.
 
     ``how="auto"`` compiles the candidates (one compilation each) and drops
     a way whose memory (``.compile().memory_analysis()``) exceeds the
@@ -309,50 +311,112 @@ def _compile(fn: Callable[..., Any], population: Any, args: Any, n: int, shards:
             return jax.vmap(lambda member: fn(member, *args))(population)
 
         lowered = jax.jit(whole).lower(population, args)
-    elif size == 1 and shards == 1:
-        # One member's own program: its numbers are jax.jit(fn)'s on that member, bit for bit.
-        def one(population: Any, args: Any, i: Any) -> Any:
-            member = jax.tree_util.tree_map(
-                lambda x: jax.lax.dynamic_index_in_dim(x, i, keepdims=False), population
-            )
-            return fn(member, *args)
-
-        lowered = jax.jit(one).lower(population, args, np.int32(0))
+        tree = batch = None
     else:
-        # ``size`` members of each device's block from ``start`` (the batch axis viewed as
-        # (devices, members); one device: one block), together: one vmapped program, whose batch
-        # stays on the devices where the population is sharded.
-        leaves, tree = jax.tree_util.tree_flatten(population)
-        layouts = [x.sharding if shards > 1 else None for x in leaves]
-
-        def some(population: Any, args: Any, start: Any) -> Any:
-            def take(x: Any, layout: Any) -> Any:
-                blocks = jnp.reshape(x, (shards, local, *jnp.shape(x)[1:]))
-                taken = jax.lax.dynamic_slice_in_dim(blocks, start, size, axis=1)
-                members = jnp.reshape(taken, (shards * size, *jnp.shape(x)[1:]))
-                return members if layout is None else jax.lax.with_sharding_constraint(members, layout)
-
-            xs = jax.tree_util.tree_leaves(population)
-            members = jax.tree_util.tree_unflatten(tree, [take(x, lo) for x, lo in zip(xs, layouts)])
-            return jax.vmap(lambda member: fn(member, *args))(members)
-
-        lowered = jax.jit(some).lower(population, args, np.int32(0))
+        lowered, tree, batch = _lower_into(fn, population, args, local, shards, size)
     compiled = lowered.compile()
     stats = compiled.memory_analysis()
     need = fixed = 0
     if stats is not None:
-        fixed = stats.argument_size_in_bytes
+        # Arguments, temporaries and outputs, less the donated buffers (a loop's or chunks' batch
+        # of outputs, written in place: counted once).
+        fixed = stats.argument_size_in_bytes - stats.alias_size_in_bytes
         need = (
             stats.argument_size_in_bytes
             + stats.temp_size_in_bytes
             + stats.generated_code_size_in_bytes
             - stats.alias_size_in_bytes
+            + stats.output_size_in_bytes
         )
-        # A loop or chunks write each call's outputs into the batch, in place (``_Batch``): the
-        # batch (``local / size`` calls' outputs) and one call's outputs at a time.
-        need += stats.output_size_in_bytes * (1 if size == local else 1 + local / size)
-    place = None if size == local else _placer(population, local, shards, size)
-    return _Program(compiled, size, need, fixed, place)
+    if batch is None:
+        return _Program(compiled, size, need, fixed)
+    shardings = [b.sharding for b in batch]
+    zeros = jax.jit(
+        lambda: [
+            _leaves.weak(jnp.zeros(b.shape, b.dtype)) if b.weak_type else jnp.zeros(b.shape, b.dtype)
+            for b in batch
+        ],
+        out_shardings=None if None in shardings else shardings,
+    )
+    return _Program(compiled, size, need, fixed, tree, batch, zeros)
+
+
+def _lower_into(
+    fn: Callable[..., Any], population: Any, args: Any, local: int, shards: int, size: int
+) -> Any:
+    """A loop's or chunks' program, lowered (with the structure of ``fn``'s outputs and the
+    batch it writes them into): ``size`` members of each device's block from
+    ``start`` (the batch axis viewed as (devices, members); one device: one block), together
+    (one vmapped program, whose batch stays on the devices where the population is sharded;
+    the loop of one device: one member's own program), their outputs written into the batch,
+    a donated argument, in place.
+
+    ``fn`` is traced once (``jax.make_jaxpr``: the outputs' shapes make the batch's), and its
+    computation is kept apart from the write by an optimization barrier: a member's numbers
+    are its own program's, as ``jax.jit(fn)``'s on it. One dispatch a call, and the run holds
+    the batch and one call's temporaries (keeping every call's outputs to stack them at the end
+    held them twice; on a TPU the stacking, eager, was a dispatch per leaf operation: 2 chunks
+    of 8 members of 1M parameters took 19.9 ms where the vmap of all took 6.7).
+    """
+    leaves, tree = jax.tree_util.tree_flatten(population)
+    layouts = [x.sharding if shards > 1 else None for x in leaves]
+    one = size == 1 and shards == 1
+
+    def members(population: Any, args: Any, start: Any) -> Any:
+        if one:  # one member's own program: its numbers are jax.jit(fn)'s on that member
+            member = jax.tree_util.tree_map(
+                lambda x: jax.lax.dynamic_index_in_dim(x, start, keepdims=False), population
+            )
+            return fn(member, *args)
+
+        def take(x: Any, layout: Any) -> Any:
+            blocks = jnp.reshape(x, (shards, local, *jnp.shape(x)[1:]))
+            taken = jax.lax.dynamic_slice_in_dim(blocks, start, size, axis=1)
+            members = jnp.reshape(taken, (shards * size, *jnp.shape(x)[1:]))
+            return members if layout is None else jax.lax.with_sharding_constraint(members, layout)
+
+        xs = jax.tree_util.tree_leaves(population)
+        batch = jax.tree_util.tree_unflatten(tree, [take(x, lo) for x, lo in zip(xs, layouts)])
+        return jax.vmap(lambda member: fn(member, *args))(batch)
+
+    closed, shapes = jax.make_jaxpr(members, return_shape=True)(population, args, np.int32(0))
+    out_tree = jax.tree_util.tree_structure(shapes)
+    # The batch: each output with the population's batch axis, laid over the devices as it is.
+    first = getattr(leaves[0], "sharding", None) if leaves else None
+    if shards > 1 and isinstance(first, jax.sharding.NamedSharding):
+        where: Any = jax.sharding.NamedSharding(first.mesh, jax.sharding.PartitionSpec(first.spec[0]))
+    else:
+        where = first if isinstance(first, jax.sharding.SingleDeviceSharding) else None
+    batch = [
+        jax.ShapeDtypeStruct(
+            (shards * local, *(a.shape if one else a.shape[1:])),
+            a.dtype,
+            sharding=where,
+            weak_type=a.weak_type,
+        )
+        for a in closed.out_avals
+    ]
+    from jax.extend.core import jaxpr_as_fun  # here: jax.extend is not imported with jax
+
+    computed = jaxpr_as_fun(closed)
+
+    def into(population: Any, args: Any, start: Any, batch: list[Any]) -> list[Any]:
+        outs = jax.lax.optimization_barrier(
+            list(computed(*jax.tree_util.tree_leaves((population, args, start))))
+        )
+
+        def put(b: Any, o: Any) -> Any:
+            rest = jnp.shape(b)[1:]
+            blocks = jnp.reshape(b, (shards, local, *rest))
+            part = jnp.reshape(o, (shards, size, *rest))
+            whole = jnp.reshape(
+                jax.lax.dynamic_update_slice_in_dim(blocks, part, start, axis=1), jnp.shape(b)
+            )
+            return whole if shards == 1 else jax.lax.with_sharding_constraint(whole, where)
+
+        return [put(b, o) for b, o in zip(batch, outs)]
+
+    return jax.jit(into, donate_argnums=3).lower(population, args, np.int32(0), batch), out_tree, batch
 
 
 def _starts(n: int, size: int) -> list[int]:
@@ -361,12 +425,6 @@ def _starts(n: int, size: int) -> list[int]:
     if starts[-1] + size < n:
         starts.append(n - size)
     return starts
-
-
-def _call(program: _Program, population: Any, args: Any, local: int, start: int) -> Any:
-    if program.size == local:
-        return program.run(population, args)
-    return program.run(population, args, np.int32(start))
 
 
 def _run(
@@ -382,104 +440,33 @@ def _run(
     ``_Batch`` the probe's calls of this way wrote into (and how many)."""
     local = n // shards
     if program.size == local:
-        return done if done is not None else _call(program, population, args, local, 0)
+        return done if done is not None else program.run(population, args)
     batch, written = done if done is not None else (_Batch(), 0)
     starts = _starts(local, program.size)
     bar = _bar(progress, len(starts), written)
     for start in starts[written:]:
-        batch.put(program, _call(program, population, args, local, start), start)
+        batch.write(program, population, args, start)
         if bar is not None:
             bar.update(1)
     if bar is not None:
         bar.close()
-    return batch.outputs
+    return jax.tree_util.tree_unflatten(program.tree, batch.outputs)
 
 
 class _Batch:
-    """The outputs of a loop or chunks as one batch, each call's written into it in place.
-
-    Allocated at the first call's outputs (their shapes, dtypes and weak types, the batch axis
-    laid over the devices as the population's), then each call's written at its members by a
-    donated ``dynamic_update_slice``: the run holds the batch and one call's outputs, where
-    keeping every call's outputs to stack them at the end held them twice (and assembling them
-    took a dispatch per leaf operation eagerly: on a TPU, 2 chunks of 8 members of 1M
-    parameters took 19.9 ms, all 16 vmapped 6.7; 2026-12-07). A chunk that overlaps the one
-    before writes its members again. Data moved, not computed: each member's values are its
-    call's, bit for bit.
-    """
+    """The outputs of a loop or chunks as one batch, which each call of their program writes
+    its members' outputs into, in place (a donated argument). A chunk that overlaps the one
+    before writes its members again: data moved, not computed, each member's values its
+    call's."""
 
     def __init__(self) -> None:
         self.outputs: Any = None
 
-    def put(self, program: _Program, out: Any, start: int) -> None:
+    def write(self, program: _Program, population: Any, args: Any, start: int) -> Any:
         if self.outputs is None:
-            self.outputs = program.place.allocate(out)
-        self.outputs = program.place(self.outputs, out, np.int32(start))
-
-
-def _placer(population: Any, local: int, shards: int, size: int) -> Any:
-    """A jitted, donated ``(batch, out, start) -> batch`` writing a call's outputs (``size`` of
-    each device's ``shards`` blocks of members from ``start``) into the batch, and its
-    ``allocate(out)``: the batch of zeros for the first call's outputs."""
-    first = jax.tree_util.tree_leaves(population)[0]
-    sharding = getattr(first, "sharding", None)
-    layout = (
-        jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec(sharding.spec[0]))
-        if shards > 1 and isinstance(sharding, jax.sharding.NamedSharding)
-        else None
-    )
-
-    def write(batch: Any, out: Any, start: Any) -> Any:
-        def put(b: Any, o: Any) -> Any:
-            rest = jnp.shape(b)[1:]
-            blocks = jnp.reshape(b, (shards, local, *rest))
-            part = jnp.reshape(o, (shards, size, *rest)).astype(b.dtype)
-            whole = jnp.reshape(
-                jax.lax.dynamic_update_slice_in_dim(blocks, part, start, axis=1), jnp.shape(b)
-            )
-            return whole if layout is None else jax.lax.with_sharding_constraint(whole, layout)
-
-        return jax.tree_util.tree_map(put, batch, out)
-
-    return _Placer(jax.jit(write, donate_argnums=0), layout, local, shards, size)
-
-
-class _Placer:
-    """What ``_placer`` makes: the donated write, and the allocation of the batch (one jitted
-    program, made once: a jitted function made at each run would be traced and compiled at each
-    run, tens of milliseconds on a TPU)."""
-
-    def __init__(self, write: Any, layout: Any, local: int, shards: int, size: int) -> None:
-        self.write = write
-        self.layout = layout
-        self.local = local
-        self.shards = shards
-        self.size = size
-        self._zeros: dict[Any, Any] = {}  # the outputs' shapes and kinds -> the jitted allocation
-
-    def __call__(self, batch: Any, out: Any, start: Any) -> Any:
-        return self.write(batch, out, start)
-
-    def allocate(self, out: Any) -> Any:
-        """The batch of zeros for the first call's outputs: their dtypes and weak types, the
-        batch axis laid over the devices as the population's."""
-        leaves, tree = jax.tree_util.tree_flatten(out)
-        one = self.size == 1 and self.shards == 1  # a member's own outputs: no batch axis yet
-        shapes = tuple(
-            (self.shards * self.local, *(jnp.shape(o) if one else jnp.shape(o)[1:])) for o in leaves
-        )
-        kinds = tuple((np.dtype(o.dtype), bool(getattr(o, "weak_type", False))) for o in leaves)
-        where = self.layout
-        if where is None and leaves:
-            where = jax.sharding.SingleDeviceSharding(next(iter(leaves[0].devices())))
-        key = (shapes, kinds, where)
-        if key not in self._zeros:
-
-            def zeros() -> list[Any]:
-                return [weak(jnp.zeros(s, d)) if w else jnp.zeros(s, d) for s, (d, w) in zip(shapes, kinds)]
-
-            self._zeros[key] = jax.jit(zeros, out_shardings=where)
-        return jax.tree_util.tree_unflatten(tree, self._zeros[key]())
+            self.outputs = program.zeros()
+        self.outputs = program.run(population, args, np.int32(start), self.outputs)
+        return self.outputs
 
 
 def _bar(progress: bool, total: int, initial: int) -> Any:
@@ -610,8 +597,7 @@ def _choose(
     vmapped: Any = None
 
     def write(p: _Program, start: int) -> Any:
-        batch.put(p, _call(p, population, args, local, start), start)
-        return batch.outputs
+        return batch.write(p, population, args, start)
 
     for way in candidates:
         p = chosen[way]
@@ -624,7 +610,7 @@ def _choose(
             p = chosen[way]
             starts = _starts(local, p.size)
             if p.size == local and round == 0:
-                vmapped, took = timed(way, lambda p=p: _call(p, population, args, local, 0))
+                vmapped, took = timed(way, lambda p=p: p.run(population, args))
             elif p.size < local and written[way] < len(starts):
                 _, took = timed(way, lambda p=p, start=starts[written[way]]: write(p, start))
                 written[way] += 1
@@ -638,7 +624,7 @@ def _choose(
     others = min((seconds[way] for way in candidates if way != "vmap"), default=0.0)
     if "vmap" in candidates and seconds["vmap"] > others:
         p = chosen["vmap"]
-        _, took = timed("vmap", lambda p=p: _call(p, population, args, local, 0))
+        _, took = timed("vmap", lambda p=p: p.run(population, args))
         seconds["vmap"] = min(seconds["vmap"], took)
     best = min(candidates, key=lambda way: seconds[way])
     p = chosen[best]

@@ -82,7 +82,7 @@ def assert_batched_close(got: Any, expected: Any) -> None:
 COMPILES = [0]  # XLA compilations in this process, counted from here on
 
 
-def _count(event: str, duration: float, **_: Any) -> None:
+def _count(event: str, duration_secs: float, **_: str | int) -> None:
     COMPILES[0] += event == "/jax/core/compile/backend_compile_duration"
 
 
@@ -191,17 +191,18 @@ def test_auto_takes_the_fastest_by_the_probe_and_remembers_it(
     assert_batched_close(got, jax.tree.map(lambda x: x[:4], expected))  # the probe's run, returned
     assert traces == [6]
 
-    # A loop writes each call's outputs into the batch in place: the run holds the batch and one
-    # call's outputs whatever the population's size (keeping every call's outputs to stack them
-    # at the end held them twice, and on a TPU the stacking cost a dispatch per leaf operation).
+    # A loop's program writes each call's outputs into the batch in place: the run holds the batch
+    # whatever the population's size (keeping every call's outputs to stack them at the end held
+    # them twice, and on a TPU the stacking cost a dispatch per leaf operation).
     live: list[int] = []
-    put = _population._Batch.put
+    write = _population._Batch.write
 
-    def counting(self: Any, program: Any, out: Any, start: int) -> None:
-        put(self, program, out, start)
+    def counting(self: Any, *args: Any) -> Any:
+        out = write(self, *args)
         live.append(len(jax.live_arrays()))
+        return out
 
-    monkeypatch.setattr(_population._Batch, "put", counting)
+    monkeypatch.setattr(_population._Batch, "write", counting)
     chex.assert_trees_all_equal(opx.map_population(fn, population, shift, how="loop"), expected)
     assert len(live) == MEMBERS and len(set(live)) == 1, live
     assert traces == [6]
