@@ -83,6 +83,7 @@ class _Program:
     size: int  # members per call
     need: float  # bytes (infinite where refused)
     fixed: int  # of which the arguments' (the whole population's, whatever the way), not donated
+    out: int = 0  # of which the outputs' (a loop's or chunks': the batch, written in place)
     tree: Any = None  # a loop's or chunks': the structure of fn's outputs
     batch: Any = None  # a loop's or chunks': the batch of outputs (ShapeDtypeStructs) it writes into
     zeros: Any = None  # a loop's or chunks': the batch's allocation, jitted once
@@ -154,7 +155,9 @@ def map_population(
     where it lost) and keeps the fastest by the probe's estimate of a whole
     run. vmap's probe is its whole run, and the chosen way's probed calls
     are part of its run where the other did not write into the batch too,
-    so the probe costs at most two vmapped runs of the population and a few
+    so the probe costs at most two vmapped runs of the population (three
+    where the device's memory would not hold a program beside the other
+    way's outputs: the probe then keeps neither at vmap's call) and a few
     calls of the other ways, once. The choice is
     remembered for the same ``fn`` object, shapes, dtypes and device: a
     repeat call neither compiles nor probes again. It is logged at INFO on
@@ -234,6 +237,7 @@ def map_population(
     key = (
         jax.tree_util.tree_structure((population, args)),
         tuple(_aval(x) for x in jax.tree_util.tree_leaves((population, args))),
+        tuple(getattr(x, "sharding", None) for x in jax.tree_util.tree_leaves(population)),
         device,
     )
     try:
@@ -316,8 +320,9 @@ def _compile(fn: Callable[..., Any], population: Any, args: Any, n: int, shards:
         lowered, tree, batch = _lower_into(fn, population, args, local, shards, size)
     compiled = lowered.compile()
     stats = compiled.memory_analysis()
-    need = fixed = 0
+    need = fixed = out = 0
     if stats is not None:
+        out = stats.output_size_in_bytes
         # Arguments, temporaries and outputs, less the donated buffers (a loop's or chunks' batch
         # of outputs, written in place: counted once).
         fixed = stats.argument_size_in_bytes - stats.alias_size_in_bytes
@@ -329,7 +334,7 @@ def _compile(fn: Callable[..., Any], population: Any, args: Any, n: int, shards:
             + stats.output_size_in_bytes
         )
     if batch is None:
-        return _Program(compiled, size, need, fixed)
+        return _Program(compiled, size, need, fixed, out)
     shardings = [b.sharding for b in batch]
     zeros = jax.jit(
         lambda: [
@@ -338,7 +343,7 @@ def _compile(fn: Callable[..., Any], population: Any, args: Any, n: int, shards:
         ],
         out_shardings=None if None in shardings else shardings,
     )
-    return _Program(compiled, size, need, fixed, tree, batch, zeros)
+    return _Program(compiled, size, need, fixed, out, tree, batch, zeros)
 
 
 def _lower_into(
@@ -383,11 +388,14 @@ def _lower_into(
     out_tree = jax.tree_util.tree_structure(shapes)
     # The batch: each output with the population's batch axis, laid over the devices as it is.
     first = getattr(leaves[0], "sharding", None) if leaves else None
+    placed = [x for x in jax.tree_util.tree_leaves((population, args)) if isinstance(x, jax.Array)]
     if shards > 1 and isinstance(first, jax.sharding.NamedSharding):
         where: Any = jax.sharding.NamedSharding(first.mesh, jax.sharding.PartitionSpec(first.spec[0]))
+    elif placed and len(placed[0].devices()) == 1:  # the device the program runs on
+        where = jax.sharding.SingleDeviceSharding(next(iter(placed[0].devices())))
     else:
-        where = first if isinstance(first, jax.sharding.SingleDeviceSharding) else None
-    batch = [
+        where = None
+    specs = [
         jax.ShapeDtypeStruct(
             (shards * local, *(a.shape if one else a.shape[1:])),
             a.dtype,
@@ -405,18 +413,20 @@ def _lower_into(
             list(computed(*jax.tree_util.tree_leaves((population, args, start))))
         )
 
-        def put(b: Any, o: Any) -> Any:
+        def put(b: Any, o: Any, spec: Any) -> Any:
             rest = jnp.shape(b)[1:]
             blocks = jnp.reshape(b, (shards, local, *rest))
             part = jnp.reshape(o, (shards, size, *rest))
             whole = jnp.reshape(
                 jax.lax.dynamic_update_slice_in_dim(blocks, part, start, axis=1), jnp.shape(b)
             )
-            return whole if shards == 1 else jax.lax.with_sharding_constraint(whole, where)
+            whole = whole if shards == 1 else jax.lax.with_sharding_constraint(whole, where)
+            # As vmap's outputs: weakly typed where fn's are (an update's result is not).
+            return _leaves.weak(whole) if spec.weak_type else whole
 
-        return [put(b, o) for b, o in zip(batch, outs)]
+        return [put(b, o, spec) for b, o, spec in zip(batch, outs, specs)]
 
-    return jax.jit(into, donate_argnums=3).lower(population, args, np.int32(0), batch), out_tree, batch
+    return jax.jit(into, donate_argnums=3).lower(population, args, np.int32(0), specs), out_tree, specs
 
 
 def _starts(n: int, size: int) -> list[int]:
@@ -456,8 +466,7 @@ def _run(
 class _Batch:
     """The outputs of a loop or chunks as one batch, which each call of their program writes
     its members' outputs into, in place (a donated argument). A chunk that overlaps the one
-    before writes its members again: data moved, not computed, each member's values its
-    call's."""
+    before computes and writes its members again, with the same program."""
 
     def __init__(self) -> None:
         self.outputs: Any = None
@@ -502,8 +511,10 @@ def _choose(
     chunk_size: int | None,
     programs: dict[int, _Program],
 ) -> tuple[Choice, Any]:
-    """The way to run this population (compiling what it needs), and the probe's outputs of that
-    way. Sizes are members of each device's (all of them where the population is on one)."""
+    """The way to run this population (compiling what it needs), and what the probe ran of that
+    way: vmap's outputs (None where not kept), or the batch the loop or chunks wrote into and how
+    many of the chosen way's calls it holds. Sizes are members of each device's (all of them
+    where the population is on one)."""
     local = n // shards
     # Spread over the batch axis: each device holds its members, and the compiled programs'
     # memory is each device's (SPMD); spread otherwise (vmap alone): not known.
@@ -551,9 +562,12 @@ def _choose(
         else:
             # The size is chosen by memory before compiling the chunks' program: a chunk of k
             # members needs about k / n of what the batched program needs past one member's
-            # (where the compiler refused it: k times one member's own, past the arguments).
+            # (where the compiler refused it: k times one member's own, past the arguments and
+            # the batch of outputs).
             whole = memory.get("vmap", loop.need)
-            per_member = (whole - loop.need) / (local - 1) if whole < math.inf else loop.need - loop.fixed
+            per_member = (
+                (whole - loop.need) / (local - 1) if whole < math.inf else loop.need - loop.fixed - loop.out
+            )
             k = _default_chunk(local, lambda k: limit is None or loop.need + per_member * (k - 1) <= limit)
         if k is None:
             dropped.append("chunks")  # not even 2 members by the estimate: not compiled
@@ -590,19 +604,32 @@ def _choose(
     # The probe: vmap's one call is the whole run; the loop and chunks are warmed up by their
     # first call, then timed in turns (the order reversed every round, so a neighbour's load
     # falls on both), each call with the writing of its outputs into the batch (``_Batch``,
-    # one for both: the probe holds no more than their run), and the least of their times per
-    # call (a busy machine only ever adds) times their number of calls.
+    # one for both), and the least of their times per call (a busy machine only ever adds)
+    # times their number of calls. Where the device's memory would not hold a way's program
+    # beside the other's batch of outputs (the loop's or chunks' batch, vmap's outputs), the
+    # batch is let go before each vmap call and vmap's outputs are not kept (it runs again if
+    # it wins).
     batch = _Batch()
     written = {way: 0 for way in candidates}  # calls written into the batch, from the first
     vmapped: Any = None
+    outputs = max((chosen[way].out for way in candidates), default=0)
+    tight = limit is not None and any(chosen[way].need + outputs > limit for way in candidates)
 
     def write(p: _Program, start: int) -> Any:
-        return batch.write(p, population, args, start)
+        return batch.write(p, population, args, start)  # timed: waited for
+
+    def run_all(p: _Program) -> Any:
+        nonlocal batch
+        if tight:
+            batch = _Batch()
+            written.update(dict.fromkeys(written, 0))
+        out = jax.block_until_ready(p.run(population, args))
+        return None if tight else out
 
     for way in candidates:
         p = chosen[way]
         if p.size < local:
-            jax.block_until_ready(write(p, 0))
+            jax.block_until_ready(batch.write(p, population, args, 0))
             written[way] = 1
     samples: dict[str, list[float]] = {way: [] for way in candidates}
     for round in range(PROBE_CALLS):
@@ -610,9 +637,9 @@ def _choose(
             p = chosen[way]
             starts = _starts(local, p.size)
             if p.size == local and round == 0:
-                vmapped, took = timed(way, lambda p=p: p.run(population, args))
+                vmapped, took = timed(way, lambda p=p: run_all(p))
             elif p.size < local and written[way] < len(starts):
-                _, took = timed(way, lambda p=p, start=starts[written[way]]: write(p, start))
+                took = timed(way, lambda p=p, start=starts[written[way]]: write(p, start))[1]
                 written[way] += 1
             else:
                 continue
@@ -624,7 +651,7 @@ def _choose(
     others = min((seconds[way] for way in candidates if way != "vmap"), default=0.0)
     if "vmap" in candidates and seconds["vmap"] > others:
         p = chosen["vmap"]
-        _, took = timed("vmap", lambda p=p: p.run(population, args))
+        took = timed("vmap", lambda p=p: run_all(p))[1]
         seconds["vmap"] = min(seconds["vmap"], took)
     best = min(candidates, key=lambda way: seconds[way])
     p = chosen[best]
@@ -632,8 +659,9 @@ def _choose(
     per_call = f"{p.size} member(s) per call" + ("" if shards == 1 else f" on each of {shards} devices")
     reason = f"{best} of {per_call}: the fastest by the probe ({estimate}){words}"
     choice = Choice(best, p.size, n, device, memory, limit, seconds, reason)
-    # vmap's probe was its whole run. The chosen loop's or chunks' calls in the batch are part
-    # of the run, unless the other wrote into it too (its members then are written again).
+    # vmap's probe was its whole run (unless not kept). The chosen loop's or chunks' calls in
+    # the batch are part of the run, unless the other wrote into it too (its members then are
+    # written again).
     if best == "vmap":
         return choice, vmapped
     others = [way for way in candidates if way not in (best, "vmap")]

@@ -126,6 +126,10 @@ def test_every_way_gives_the_loops_numbers_with_one_compilation_each(
         again = opx.map_population(fn, population, jnp.float32(-0.5), how=how, chunk_size=chunk_size)
         assert traces == [1]  # another value, the same program
         assert again[1].shape == (MEMBERS,) and not np.array_equal(again[1], got[1])
+    # Weak types as vmap's: a Python number's result stays weakly typed, whatever the way.
+    for how in ("loop", "vmap", "chunks"):
+        shifted = opx.map_population(lambda member, shift: shift * 2.0, population, 0.5, how=how)
+        assert shifted.weak_type and shifted.dtype == jnp.float32, (how, shifted)
     # A loop and chunks show a bar where tqdm is installed (a call each: 5 of the loop, 3 chunks of 2).
     bars = capsys.readouterr().err
     assert "5/5" in bars and "3/3" in bars and "2/2" in bars
@@ -223,6 +227,13 @@ def test_auto_never_chooses_a_way_that_does_not_fit(
             "this backend: the limits below assume the CPU's order (a TPU v5e's one-member program "
             "of this model needs the most, its temporaries)"
         )
+
+    # Room for each way's program, not for one beside another's batch of outputs: the probe lets
+    # the batch go before vmap's call and does not keep vmap's outputs; vmap, the fastest, runs again.
+    monkeypatch.setattr(_population, "device_memory", lambda device: int(vmap))
+    got, choice = opx.map_population(counted()[0], population, shift, with_choice=True)
+    assert choice.how == "vmap" and set(choice.seconds) == {"loop", "chunks", "vmap"}
+    assert_batched_close(got, expected)
 
     # A device with room for chunks of 2 and not for the whole batch: vmap is not even probed.
     monkeypatch.setattr(_population, "device_memory", lambda device: (chunks + vmap) // 2)
