@@ -363,6 +363,12 @@ try:
     opx.map_population(fn, population, shift, how="chunks", chunk_size=5)
 except ValueError as e:
     assert "1..4" in str(e) and "spread over 8" in str(e), e
+# The same devices, the batch axis over 4 of a (4, 2) mesh: other programs (8 members a device).
+mesh2 = jax.sharding.Mesh(np.array(jax.devices()).reshape(4, 2), ("pop", "other"))
+population2 = opx.shard((batch, params), mesh2, "pop")
+got, choice = opx.map_population(fn, population2, shift, how="loop", with_choice=True)
+jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=2e-7), got, expected)
+assert choice.chunk_size == 1 and traces[0] == 4, (choice, traces)
 print("OK")
 """
 
