@@ -346,6 +346,16 @@ def _compile(fn: Callable[..., Any], population: Any, args: Any, n: int, shards:
     return _Program(compiled, size, need, fixed, out, tree, batch, zeros)
 
 
+def _laid(x: Any, layout: Any) -> Any:
+    """``x`` laid over the devices as ``layout`` says, inside a traced program: a constraint on a
+    mesh whose axes are automatic, ``reshard`` on one whose axes are explicit (``jax.make_mesh``'s
+    default on recent jax; a constraint there is an error)."""
+    explicit = getattr(getattr(jax.sharding, "AxisType", None), "Explicit", None)
+    if explicit is not None and explicit in getattr(layout.mesh, "axis_types", ()):
+        return jax.sharding.reshard(x, layout)  # pyright: ignore[reportAttributeAccessIssue]
+    return jax.lax.with_sharding_constraint(x, layout)
+
+
 def _lower_into(
     fn: Callable[..., Any], population: Any, args: Any, local: int, shards: int, size: int
 ) -> Any:
@@ -378,7 +388,7 @@ def _lower_into(
             blocks = jnp.reshape(x, (shards, local, *jnp.shape(x)[1:]))
             taken = jax.lax.dynamic_slice_in_dim(blocks, start, size, axis=1)
             members = jnp.reshape(taken, (shards * size, *jnp.shape(x)[1:]))
-            return members if layout is None else jax.lax.with_sharding_constraint(members, layout)
+            return members if layout is None else _laid(members, layout)
 
         xs = jax.tree_util.tree_leaves(population)
         batch = jax.tree_util.tree_unflatten(tree, [take(x, lo) for x, lo in zip(xs, layouts)])
@@ -420,7 +430,7 @@ def _lower_into(
             whole = jnp.reshape(
                 jax.lax.dynamic_update_slice_in_dim(blocks, part, start, axis=1), jnp.shape(b)
             )
-            whole = whole if shards == 1 else jax.lax.with_sharding_constraint(whole, where)
+            whole = whole if shards == 1 else _laid(whole, where)
             # As vmap's outputs: weakly typed where fn's are (an update's result is not).
             return _leaves.weak(whole) if spec.weak_type else whole
 

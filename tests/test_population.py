@@ -369,6 +369,15 @@ population2 = opx.shard((batch, params), mesh2, "pop")
 got, choice = opx.map_population(fn, population2, shift, how="loop", with_choice=True)
 jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=2e-7), got, expected)
 assert choice.chunk_size == 1 and traces[0] == 4, (choice, traces)
+# A mesh whose axis is explicit (jax.make_mesh's default on recent jax): every way runs on it.
+AxisType = getattr(jax.sharding, "AxisType", None)
+if AxisType is not None:
+    explicit = jax.make_mesh((8,), ("pop",), axis_types=(AxisType.Explicit,))
+    population3 = opx.shard((batch, params), explicit, "pop")
+    for how in ("loop", "chunks", "vmap"):
+        got = opx.map_population(fn, population3, shift, how=how)
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=2e-7), got, expected)
+        assert len(got[1].sharding.device_set) == 8, (how, got[1].sharding)
 print("OK")
 """
 
