@@ -85,8 +85,7 @@ class _Program:
     fixed: int  # of which the arguments' (the whole population's, whatever the way), not donated
     out: int = 0  # of which the outputs' (a loop's or chunks': the batch, written in place)
     tree: Any = None  # a loop's or chunks': the structure of fn's outputs
-    batch: Any = None  # a loop's or chunks': the batch of outputs (ShapeDtypeStructs) it writes into
-    zeros: Any = None  # a loop's or chunks': the batch's allocation, jitted once
+    zeros: Any = None  # a loop's or chunks': the allocation of the batch it writes into, jitted once
 
 
 @dataclasses.dataclass
@@ -234,10 +233,10 @@ def map_population(
     ):
         per = "" if shards == 1 else f" (members per device: the population is spread over {shards})"
         raise ValueError(f"map_population: chunk_size={chunk_size!r}; expected an integer in 1..{local}{per}")
+    flat, structure = jax.tree_util.tree_flatten((population, args))
     key = (
-        jax.tree_util.tree_structure((population, args)),
-        tuple(_aval(x) for x in jax.tree_util.tree_leaves((population, args))),
-        tuple(getattr(x, "sharding", None) for x in jax.tree_util.tree_leaves(population)),
+        structure,
+        tuple((*_aval(x), getattr(x, "sharding", None)) for x in flat),  # a layout is another program
         device,
     )
     try:
@@ -343,7 +342,7 @@ def _compile(fn: Callable[..., Any], population: Any, args: Any, n: int, shards:
         ],
         out_shardings=None if None in shardings else shardings,
     )
-    return _Program(compiled, size, need, fixed, out, tree, batch, zeros)
+    return _Program(compiled, size, need, fixed, out, tree, zeros)
 
 
 def _laid(x: Any, layout: Any) -> Any:
@@ -639,7 +638,7 @@ def _choose(
     for way in candidates:
         p = chosen[way]
         if p.size < local:
-            jax.block_until_ready(batch.write(p, population, args, 0))
+            jax.block_until_ready(write(p, 0))
             written[way] = 1
     samples: dict[str, list[float]] = {way: [] for way in candidates}
     for round in range(PROBE_CALLS):
