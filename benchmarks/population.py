@@ -8,7 +8,8 @@ The three fixed ways (a loop over one compiled program, ``vmap`` of all, chunks 
 every repeat; wall time of a whole population's call, median [min-max] over the repeats.
 
     python benchmarks/population.py            # the CPU sizes (seconds to minutes)
-    python benchmarks/population.py --large    # the issue's sizes (1.1M, 3.2M, 16.8M parameters)
+    python benchmarks/population.py --large    # the issue's sizes (1.1M, 4.2M, 16.8M, 100.7M parameters)
+    python benchmarks/population.py --large --donate --cases 6,7,8    # the population held once
 
 The TPU table of issue 49 is to be measured with ``--large`` on the chip.
 """
@@ -64,7 +65,7 @@ def steps(member: Any, x: Any, y: Any) -> Any:
     return (tx, params, state), values[-1]
 
 
-def measure(width: int, depth: int, members: int, repeats: int) -> dict[str, Any]:
+def measure(width: int, depth: int, members: int, repeats: int, donate: bool = False) -> dict[str, Any]:
     x = jax.random.normal(jax.random.key(1), (BATCH, width))
     y = jax.random.randint(jax.random.key(2), (BATCH,), 0, 10)
     base = opx.wrap(optax.adamw, 1e-3, weight_decay=1e-4)
@@ -84,13 +85,28 @@ def measure(width: int, depth: int, members: int, repeats: int) -> dict[str, Any
         f"chunks of {members // 4}": {"how": "chunks", "chunk_size": members // 4},
         "auto": {"how": "auto"},
     }
+
+    def run(**options: Any) -> None:
+        # Donated: each call a training loop's step, the population the last call's outputs.
+        nonlocal population
+        out = opx.map_population(fn, population, x, y, donate=donate, **options)
+        jax.block_until_ready(out)
+        if donate:
+            population = out[0]
+
     start = time.perf_counter()
-    _, choice = opx.map_population(fn, population, x, y, with_choice=True)  # compiles, probes
+    out, choice = opx.map_population(
+        fn, population, x, y, with_choice=True, donate=donate
+    )  # compiles, probes
+    jax.block_until_ready(out)
     first = time.perf_counter() - start
+    if donate:
+        population = out[0]
+    del out
     refused: dict[str, str] = {}
     for name, options in ways.items():
         try:
-            jax.block_until_ready(opx.map_population(fn, population, x, y, **options))  # compiled, warm
+            run(**options)  # compiled, warm
         except Exception as e:  # a way forced past the device's memory
             if "RESOURCE_EXHAUSTED" not in str(e):
                 raise
@@ -101,7 +117,7 @@ def measure(width: int, depth: int, members: int, repeats: int) -> dict[str, Any
         order = order[1:] + order[:1]
         for name in order if r % 2 == 0 else order[::-1]:
             start = time.perf_counter()
-            jax.block_until_ready(opx.map_population(fn, population, x, y, **ways[name]))
+            run(**ways[name])
             times[name].append(time.perf_counter() - start)
     return {
         "parameters": size,
@@ -110,6 +126,7 @@ def measure(width: int, depth: int, members: int, repeats: int) -> dict[str, Any
         "choice": choice,
         "first": first,
         "refused": refused,
+        "memory": {way: choice.memory.get(way) for way in ("loop", "vmap", "chunks")},
     }
 
 
@@ -118,21 +135,39 @@ def main() -> None:
     parser.add_argument("--large", action="store_true", help="the issue's model sizes")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--cases", default="", help="comma-separated case numbers (from 1) to run, e.g. 1,2")
+    parser.add_argument(
+        "--donate",
+        action="store_true",
+        help="donate=True: each call on the last call's outputs (a training loop), the population held once",
+    )
     options = parser.parse_args()
-    # (width, depth, members): 2K, 0.1M and 0.5M parameters on the CPU; the issue's sizes on the chip.
+    # (width, depth, members): 2K, 0.1M and 0.5M parameters on the CPU; the issue's sizes on the
+    # chip (1.1M, 4.2M, 16.8M and 100.7M parameters a member).
     cases = (
-        [(1024, 1, 16), (1024, 1, 64), (1024, 4, 16), (1024, 4, 64), (2048, 4, 16), (2048, 4, 64)]
+        [
+            (1024, 1, 16),
+            (1024, 1, 64),
+            (1024, 4, 16),
+            (1024, 4, 64),
+            (2048, 4, 16),
+            (2048, 4, 64),
+            (4096, 6, 4),
+            (4096, 6, 8),
+        ]
         if options.large
         else [(32, 1, 8), (32, 1, 64), (256, 2, 8), (256, 2, 32), (512, 2, 8), (512, 2, 32)]
     )
-    print(f"{jax.devices()[0].device_kind}, jax {jax.__version__}, {STEPS} steps a call, batch {BATCH}")
+    donated = ", donated (each call on the last call's outputs)" if options.donate else ""
+    print(
+        f"{jax.devices()[0].device_kind}, jax {jax.__version__}, {STEPS} steps a call, batch {BATCH}{donated}"
+    )
     print("| parameters | members | loop | vmap | chunks of members/4 | auto (its choice) |")
     print("|---|---|---|---|---|---|")
     picked = {int(c) for c in options.cases.split(",") if c}
     for number, (width, depth, members) in enumerate(cases, 1):
         if picked and number not in picked:
             continue
-        r = measure(width, depth, members, options.repeats)
+        r = measure(width, depth, members, options.repeats, options.donate)
 
         def cell(name: str, r: dict[str, Any] = r) -> str:
             if name in r["refused"]:
@@ -146,6 +181,9 @@ def main() -> None:
         auto = f"{cell('auto')} ({choice.how}, {choice.chunk_size}; first call {r['first']:.2f} s)"
         ways = f"{cell('loop')} | {cell('vmap')} | {cell(chunks)}"
         print(f"| {r['parameters']:,} | {members} | {ways} | {auto} |")
+        gib = {way: f"{need / 2**30:.2f}" for way, need in r["memory"].items() if need is not None}
+        limit = "not reported" if choice.limit is None else f"{choice.limit / 2**30:.2f}"
+        print(f"  memory (GiB) by way: {gib}; the device's: {limit}")
 
 
 if __name__ == "__main__":

@@ -55,7 +55,8 @@ class Choice:
             population spread over several).
         memory: way -> the bytes its compiled program needs (arguments,
             outputs and temporaries, less donated buffers: a loop's or chunks'
-            batch of outputs, written in place, counted once), for each way compiled;
+            batch of outputs, written in place, and the population's leaves
+            given to the outputs with ``donate=True``, counted once), for each way compiled;
             infinite where the compiler refused it for the device's memory.
         limit: the device's memory in bytes (``device.memory_stats()``), or
             None where the backend does not report it (the CPU).
@@ -86,6 +87,10 @@ class _Program:
     out: int = 0  # of which the outputs' (a loop's or chunks': the batch, written in place)
     tree: Any = None  # a loop's or chunks': the structure of fn's outputs
     zeros: Any = None  # a loop's or chunks': the allocation of the batch it writes into, jitted once
+    # Where each of fn's outputs (flat) is written: the index of the donated population leaf
+    # whose buffer it reuses (``donate=True``), or None: the batch of outputs.
+    pairs: tuple[int | None, ...] = ()
+    finish: Any = None  # vmap's: compiles its probe of a donated population (``_completion``)
 
 
 @dataclasses.dataclass
@@ -123,6 +128,7 @@ def map_population(
     chunk_size: int | None = None,
     progress: bool = False,
     with_choice: bool = False,
+    donate: bool = False,
 ) -> Any:
     """Runs ``fn`` on every member of a population: by vmap, by chunks or by a loop.
 
@@ -170,6 +176,22 @@ def map_population(
     is each device's, and the outputs are laid over the devices as the
     population is.
 
+    ``donate=True`` lets the outputs reuse the population's buffers, as
+    ``jax.jit``'s ``donate_argnums`` does: each of ``fn``'s outputs with the
+    shape, dtype and layout of a leaf of the population (a training step's new
+    parameters and state) is written into that leaf's buffer, so a run holds
+    the population once, not twice (64 members of 16.8M parameters with adam's
+    state take 12.9 GB: twice that does not fit on a 16 GB device, once
+    does). Those leaves are consumed: the population's arrays are deleted, and
+    the outputs take their place. A loop or chunks then read each member before
+    its outputs overwrite it, and never run a member twice (the members past
+    the last whole chunk go through the loop's program). The probe of
+    ``how="auto"`` runs the loop and chunks on successive members, in place,
+    their outputs part of the run (on its first call each member is computed
+    by the way that probed it, or by the way chosen), and times vmap on the
+    whole population with the members already done kept as they are, where
+    that program fits beside the population (else vmap is not probed).
+
     The loop gives each member the numbers of ``jax.jit(fn)`` on
     ``opx.index(population, i)``, bit for bit. vmap and chunks run a batched
     program, which XLA may compute in another order than one member's (the
@@ -196,6 +218,9 @@ def map_population(
         progress: a progress bar (tqdm, where installed) over the calls of a
             loop or chunks; quiet by default.
         with_choice: return ``(outputs, choice)``, the :class:`Choice`.
+        donate: write the outputs into the population's buffers where they
+            match (the population's matching arrays are deleted); a run
+            then needs memory for the population once.
 
     Returns:
         ``fn``'s outputs stacked on a leading axis, as ``jax.vmap(fn)`` stacks
@@ -222,6 +247,18 @@ def map_population(
         ((3, 2), 'loop')
         >>> bool(jnp.allclose(opx.map_population(final, batch, jnp.ones(2), how="vmap"), out))
         True
+
+        A training step whose outputs are the member again gives them the population's
+        buffers with ``donate=True``:
+
+        >>> def step(member):
+        ...     tx, params = member
+        ...     updates, _ = tx.update(params, tx.init(params))
+        ...     return tx, params + updates
+        >>> members = (batch, jnp.ones((3, 2)))
+        >>> stepped = opx.map_population(step, members, how="loop", donate=True)
+        >>> members[1].is_deleted(), stepped[1][:, 0].tolist()
+        (True, [0.8999999761581421, 0.800000011920929, 0.699999988079071])
     """
     if how not in ("auto", *WAYS):
         raise ValueError(f"map_population: how={how!r}; expected 'auto', 'vmap', 'chunks' or 'loop'")
@@ -234,10 +271,12 @@ def map_population(
         per = "" if shards == 1 else f" (members per device: the population is spread over {shards})"
         raise ValueError(f"map_population: chunk_size={chunk_size!r}; expected an integer in 1..{local}{per}")
     flat, structure = jax.tree_util.tree_flatten((population, args))
+    usable = _donatable(jax.tree_util.tree_leaves(population), flat) if donate else None
     key = (
         structure,
         tuple((*_aval(x), getattr(x, "sharding", None)) for x in flat),  # a layout is another program
         device,
+        usable,
     )
     try:
         entries = _REMEMBERED.setdefault(fn, {})
@@ -249,10 +288,18 @@ def map_population(
     done: Any = None
     choice = entry.choices.get((how, chunk_size))
     if choice is None:
-        choice, done = _choose(fn, population, args, n, shards, device, how, chunk_size, entry.programs)
+        choice, done = _choose(
+            fn, population, args, n, shards, device, how, chunk_size, entry.programs, usable
+        )
         entry.choices[how, chunk_size] = choice
         LOGGER.info("optax_pytree.map_population(%s): %s", getattr(fn, "__qualname__", fn), choice.reason)
-    outputs = _run(entry.programs[choice.chunk_size], population, args, n, shards, progress, done)
+
+    def loop() -> _Program:  # a donated run's members past its last whole chunk
+        if 1 not in entry.programs:
+            entry.programs[1] = _compile(fn, population, args, n, shards, 1, usable)
+        return entry.programs[1]
+
+    outputs = _run(entry.programs[choice.chunk_size], population, args, n, shards, progress, done, loop)
     return (outputs, choice) if with_choice else outputs
 
 
@@ -262,6 +309,57 @@ def map_population(
 
 def _aval(x: Any) -> Any:
     return (jnp.shape(x), jnp.result_type(x), getattr(x, "weak_type", isinstance(x, (int, float, complex))))
+
+
+def _donatable(leaves: list[Any], flat: list[Any]) -> tuple[bool, ...]:
+    """Which of the population's leaves may be donated: arrays that appear once among the
+    population's and the arguments' leaves (one buffer cannot be given twice, nor read as an
+    argument once given)."""
+    counts: dict[int, int] = {}
+    for x in flat:
+        counts[id(x)] = counts.get(id(x), 0) + 1
+    return tuple(isinstance(x, jax.Array) and counts[id(x)] == 1 for x in leaves)
+
+
+def _pair(leaves: list[Any], usable: tuple[bool, ...] | None, specs: list[Any]) -> tuple[int | None, ...]:
+    """For each of fn's outputs (batched), the donatable population leaf whose buffer it is
+    written into (the first one left of the same shape, dtype, weak type and layout), or None."""
+    free = [i for i, ok in enumerate(usable or ()) if ok]
+    pairs: list[int | None] = []
+    for spec in specs:
+        match = next(
+            (
+                i
+                for i in free
+                if jnp.shape(leaves[i]) == spec.shape
+                and leaves[i].dtype == spec.dtype
+                and bool(getattr(leaves[i], "weak_type", False)) == bool(spec.weak_type)
+                and (
+                    spec.sharding is None
+                    or leaves[i].sharding.is_equivalent_to(spec.sharding, len(spec.shape))
+                )
+            ),
+            None,
+        )
+        if match is not None:
+            free.remove(match)
+        pairs.append(match)
+    return tuple(pairs)
+
+
+def _split(leaves: list[Any], pairs: tuple[int | None, ...]) -> tuple[list[Any], list[Any]]:
+    """The population's leaves as (kept, given): those read only, and those donated (paired
+    with an output), in the order of their leaves."""
+    given = {i for i in pairs if i is not None}
+    kept = [x for i, x in enumerate(leaves) if i not in given]
+    return kept, [x for i, x in enumerate(leaves) if i in given]
+
+
+def _merge(kept: list[Any], given: list[Any], pairs: tuple[int | None, ...]) -> list[Any]:
+    """The population's leaves in order, from ``_split``'s two lists."""
+    donated = {i for i in pairs if i is not None}
+    k, g = iter(kept), iter(given)
+    return [next(g) if i in donated else next(k) for i in range(len(kept) + len(given))]
 
 
 def _placement(population: Any, args: Any, how: str, n: int) -> tuple[Any, int]:
@@ -304,26 +402,27 @@ def _batch_shards(population: Any, n: int) -> int | None:
     return shards if shards and shards > 1 else None
 
 
-def _compile(fn: Callable[..., Any], population: Any, args: Any, n: int, shards: int, size: int) -> _Program:
+def _compile(
+    fn: Callable[..., Any],
+    population: Any,
+    args: Any,
+    n: int,
+    shards: int,
+    size: int,
+    usable: tuple[bool, ...] | None = None,
+) -> _Program:
     """One way's program, compiled once: ``size`` members of each device's from ``start`` (all of
-    them for vmap)."""
+    them for vmap); ``usable``: the population's leaves that may be donated (``donate=True``)."""
     local = n // shards
-    if size == local:
-
-        def whole(population: Any, args: Any) -> Any:
-            return jax.vmap(lambda member: fn(member, *args))(population)
-
-        lowered = jax.jit(whole).lower(population, args)
-        tree = batch = None
-    else:
-        lowered, tree, batch = _lower_into(fn, population, args, local, shards, size)
+    lowered, tree, specs, pairs, finish = _lower(fn, population, args, local, shards, size, usable)
     compiled = lowered.compile()
     stats = compiled.memory_analysis()
     need = fixed = out = 0
     if stats is not None:
         out = stats.output_size_in_bytes
         # Arguments, temporaries and outputs, less the donated buffers (a loop's or chunks' batch
-        # of outputs, written in place: counted once).
+        # of outputs, written in place, and the population's leaves given to the outputs:
+        # counted once).
         fixed = stats.argument_size_in_bytes - stats.alias_size_in_bytes
         need = (
             stats.argument_size_in_bytes
@@ -332,17 +431,18 @@ def _compile(fn: Callable[..., Any], population: Any, args: Any, n: int, shards:
             - stats.alias_size_in_bytes
             + stats.output_size_in_bytes
         )
-    if batch is None:
-        return _Program(compiled, size, need, fixed, out)
-    shardings = [b.sharding for b in batch]
+    if size == local:
+        return _Program(compiled, size, need, fixed, out, tree, None, pairs, finish)
+    side = [spec for spec, pair in zip(specs, pairs) if pair is None]
+    shardings = [b.sharding for b in side]
     zeros = jax.jit(
         lambda: [
             _leaves.weak(jnp.zeros(b.shape, b.dtype)) if b.weak_type else jnp.zeros(b.shape, b.dtype)
-            for b in batch
+            for b in side
         ],
         out_shardings=None if None in shardings else shardings,
     )
-    return _Program(compiled, size, need, fixed, out, tree, zeros)
+    return _Program(compiled, size, need, fixed, out, tree, zeros, pairs)
 
 
 def _laid(x: Any, layout: Any) -> Any:
@@ -355,28 +455,42 @@ def _laid(x: Any, layout: Any) -> Any:
     return jax.lax.with_sharding_constraint(x, layout)
 
 
-def _lower_into(
-    fn: Callable[..., Any], population: Any, args: Any, local: int, shards: int, size: int
+def _lower(
+    fn: Callable[..., Any],
+    population: Any,
+    args: Any,
+    local: int,
+    shards: int,
+    size: int,
+    usable: tuple[bool, ...] | None,
 ) -> Any:
-    """A loop's or chunks' program, lowered (with the structure of ``fn``'s outputs and the
-    batch it writes them into): ``size`` members of each device's block from
-    ``start`` (the batch axis viewed as (devices, members); one device: one block), together
-    (one vmapped program, whose batch stays on the devices where the population is sharded;
-    the loop of one device: one member's own program), their outputs written into the batch,
-    a donated argument, in place.
+    """A way's program, lowered; with the structure of ``fn``'s outputs, their batched shapes,
+    the population leaf each is written into (``_pair``), and, for vmap, a function that
+    compiles its probe of a donated population (``_completion``).
 
-    ``fn`` is traced once (``jax.make_jaxpr``: the outputs' shapes make the batch's), and its
-    computation is kept apart from the write by an optimization barrier: a member's numbers
-    are its own program's, as ``jax.jit(fn)``'s on it. One dispatch a call, and the run holds
-    the batch and one call's temporaries (keeping every call's outputs to stack them at the end
-    held them twice; on a TPU the stacking, eager, was a dispatch per leaf operation: 2 chunks
-    of 8 members of 1M parameters took 19.9 ms where the vmap of all took 6.7).
+    vmap's program takes the whole population. A loop's or chunks' takes ``size`` members of
+    each device's block from ``start`` (the batch axis viewed as (devices, members); one
+    device: one block), together (one vmapped program, whose batch stays on the devices where
+    the population is sharded; the loop of one device: one member's own program), and writes
+    their outputs into the batch, a donated argument, in place, or into the population's own
+    leaves where they are given (``donate=True``).
+
+    ``fn`` is traced once (``jax.make_jaxpr``: the outputs' shapes make the batch's), and, in a
+    loop or chunks, its computation is kept apart from the write by an optimization barrier: a
+    member's numbers are its own program's, as ``jax.jit(fn)``'s on it. One dispatch a call,
+    and the run holds the batch and one call's temporaries (keeping every call's outputs to
+    stack them at the end held them twice; on a TPU the stacking, eager, was a dispatch per
+    leaf operation: 2 chunks of 8 members of 1M parameters took 19.9 ms where the vmap of all
+    took 6.7).
     """
     leaves, tree = jax.tree_util.tree_flatten(population)
     layouts = [x.sharding if shards > 1 else None for x in leaves]
-    one = size == 1 and shards == 1
+    whole = size == local
+    one = size == 1 and shards == 1 and not whole
 
     def members(population: Any, args: Any, start: Any) -> Any:
+        if whole:
+            return jax.vmap(lambda member: fn(member, *args))(population)
         if one:  # one member's own program: its numbers are jax.jit(fn)'s on that member
             member = jax.tree_util.tree_map(
                 lambda x: jax.lax.dynamic_index_in_dim(x, start, keepdims=False), population
@@ -406,21 +520,41 @@ def _lower_into(
         where = None
     specs = [
         jax.ShapeDtypeStruct(
-            (shards * local, *(a.shape if one else a.shape[1:])),
+            a.shape if whole else (shards * local, *(a.shape if one else a.shape[1:])),
             a.dtype,
             sharding=where,
             weak_type=a.weak_type,
         )
         for a in closed.out_avals
     ]
+    pairs = _pair(leaves, usable, specs)
+    kept, given = _split(leaves, pairs)
+    side = [spec for spec, pair in zip(specs, pairs) if pair is None]
     from jax.extend.core import jaxpr_as_fun  # here: jax.extend is not imported with jax
 
     computed = jaxpr_as_fun(closed)
 
-    def into(population: Any, args: Any, start: Any, batch: list[Any]) -> list[Any]:
-        outs = jax.lax.optimization_barrier(
-            list(computed(*jax.tree_util.tree_leaves((population, args, start))))
-        )
+    def run(kept: list[Any], given: list[Any], args: Any, start: Any) -> list[Any]:
+        xs = _merge(kept, given, pairs)
+        return list(computed(*xs, *jax.tree_util.tree_leaves(args), start))
+
+    if whole:
+
+        def vmapped(kept: list[Any], given: list[Any], args: Any) -> Any:
+            return jax.tree_util.tree_unflatten(out_tree, run(kept, given, args, np.int32(0)))
+
+        lowered = jax.jit(vmapped, donate_argnums=(1,) if given else ()).lower(kept, given, args)
+
+        def finish() -> _Program:
+            return _completion(run, kept, given, args, side, pairs, specs, out_tree, local)
+
+        return lowered, out_tree, specs, pairs, finish
+
+    def into(kept: list[Any], given: list[Any], args: Any, start: Any, batch: list[Any]) -> Any:
+        outs = jax.lax.optimization_barrier(run(kept, given, args, start))
+        xs = _merge(kept, given, pairs)
+        batch = list(batch)
+        free = iter(range(len(batch)))
 
         def put(b: Any, o: Any, spec: Any) -> Any:
             rest = jnp.shape(b)[1:]
@@ -433,17 +567,71 @@ def _lower_into(
             # As vmap's outputs: weakly typed where fn's are (an update's result is not).
             return _leaves.weak(whole) if spec.weak_type else whole
 
-        return [put(b, o, spec) for b, o, spec in zip(batch, outs, specs)]
+        for o, spec, pair in zip(outs, specs, pairs):
+            if pair is None:
+                k = next(free)
+                batch[k] = put(batch[k], o, spec)
+            else:
+                xs[pair] = put(xs[pair], o, spec)
+        return _split(xs, pairs)[1], batch
 
-    return jax.jit(into, donate_argnums=3).lower(population, args, np.int32(0), specs), out_tree, specs
+    lowered = jax.jit(into, donate_argnums=(1, 4)).lower(kept, given, args, np.int32(0), side)
+    return lowered, out_tree, specs, pairs, None
 
 
-def _starts(n: int, size: int) -> list[int]:
-    """Where each call begins: every ``size`` members, the last one ending at ``n`` (overlapping)."""
-    starts = list(range(0, n - size + 1, size))
-    if starts[-1] + size < n:
-        starts.append(n - size)
-    return starts
+def _completion(
+    run: Callable[..., list[Any]],
+    kept: list[Any],
+    given: list[Any],
+    args: Any,
+    side: list[Any],
+    pairs: tuple[int | None, ...],
+    specs: list[Any],
+    out_tree: Any,
+    local: int,
+) -> _Program:
+    """vmap's probe of a donated population, compiled: the whole population in one vmapped
+    program, not donated, whose outputs keep, for the members that the loop's or chunks'
+    probe already ran (the first ``done`` of each device's), what those wrote (into the
+    population's given leaves, or the batch)."""
+
+    def completed(kept: list[Any], given: list[Any], args: Any, batch: list[Any], done: Any) -> Any:
+        xs = _merge(kept, given, pairs)
+        outs = run(kept, given, args, np.int32(0))
+        written = iter(batch)
+        results = []
+        for o, spec, pair in zip(outs, specs, pairs):
+            old = xs[pair] if pair is not None else next(written)
+            ran = jnp.arange(spec.shape[0]) % local < done  # each device's members in order
+            r = jnp.where(jnp.reshape(ran, (-1,) + (1,) * (len(spec.shape) - 1)), old, o)
+            results.append(_leaves.weak(r) if spec.weak_type else r)
+        return jax.tree_util.tree_unflatten(out_tree, results)
+
+    compiled = jax.jit(completed).lower(kept, given, args, side, np.int32(0)).compile()
+    stats = compiled.memory_analysis()
+    need = (
+        0
+        if stats is None
+        else stats.argument_size_in_bytes
+        + stats.temp_size_in_bytes
+        + stats.generated_code_size_in_bytes
+        + stats.output_size_in_bytes
+    )
+    return _Program(compiled, local, need, 0, 0, out_tree, None, pairs)
+
+
+def _starts(local: int, size: int, first: int = 0, overlap: bool = True) -> tuple[list[int], list[int]]:
+    """Where each call begins, from member ``first``: every ``size`` members; then, where the
+    size does not divide, one more call ending at ``local`` (``overlap``: it runs members of
+    the call before again), or the members left, each a call of the loop (a donated population:
+    its members already overwritten cannot run again)."""
+    starts = list(range(first, local - size + 1, size))
+    end = starts[-1] + size if starts else first
+    if end >= local:
+        return starts, []
+    if overlap:
+        return [*starts, local - size], []
+    return starts, list(range(end, local))
 
 
 def _run(
@@ -454,37 +642,56 @@ def _run(
     shards: int,
     progress: bool,
     done: Any = None,
+    loop: Callable[[], _Program] | None = None,
 ) -> Any:
     """The whole population through one program. ``done``: vmap's output from the probe, or the
-    ``_Batch`` the probe's calls of this way wrote into (and how many)."""
+    ``_Batch`` the probe's calls of this way wrote into and the members they ran (of each
+    device's, from the first). ``loop``: the loop's program, for a donated population's
+    members past its last whole chunk."""
     local = n // shards
+    if done is None:
+        done = _Batch(*_split(jax.tree_util.tree_leaves(population), program.pairs)), 0
+        if program.size == local:
+            return program.run(done[0].kept, done[0].given, args)
     if program.size == local:
-        return done if done is not None else program.run(population, args)
-    batch, written = done if done is not None else (_Batch(), 0)
-    starts = _starts(local, program.size)
-    bar = _bar(progress, len(starts), written)
-    for start in starts[written:]:
-        batch.write(program, population, args, start)
+        return done
+    batch, first = done
+    donated = any(pair is not None for pair in program.pairs)
+    starts, rest = _starts(local, program.size, first, overlap=not donated)
+    calls = [(program, start) for start in starts] + [(loop() if loop else program, start) for start in rest]
+    bar = _bar(progress, len(calls), 0)
+    for p, start in calls:
+        batch.write(p, args, start)
         if bar is not None:
             bar.update(1)
     if bar is not None:
         bar.close()
-    return jax.tree_util.tree_unflatten(program.tree, batch.outputs)
+    return batch.outputs(program)
 
 
 class _Batch:
     """The outputs of a loop or chunks as one batch, which each call of their program writes
-    its members' outputs into, in place (a donated argument). A chunk that overlaps the one
-    before computes and writes its members again, with the same program."""
+    its members' outputs into, in place (a donated argument); the population's leaves as
+    ``kept`` (read) and ``given`` (donated: each call's outputs written into them, in place).
+    A chunk that overlaps the one before computes and writes its members again, with the same
+    program."""
 
-    def __init__(self) -> None:
-        self.outputs: Any = None
+    def __init__(self, kept: list[Any], given: list[Any]) -> None:
+        self.kept, self.given = kept, given
+        self.side: Any = None
 
-    def write(self, program: _Program, population: Any, args: Any, start: int) -> Any:
-        if self.outputs is None:
-            self.outputs = program.zeros()
-        self.outputs = program.run(population, args, np.int32(start), self.outputs)
-        return self.outputs
+    def write(self, program: _Program, args: Any, start: int) -> Any:
+        if self.side is None:
+            self.side = program.zeros()
+        self.given, self.side = program.run(self.kept, self.given, args, np.int32(start), self.side)
+        return self.given, self.side
+
+    def outputs(self, program: _Program) -> Any:
+        """``fn``'s outputs, from the batch and the given leaves."""
+        given = dict(zip(sorted(pair for pair in program.pairs if pair is not None), self.given))
+        side = iter(self.side if self.side is not None else program.zeros())
+        flat = [next(side) if pair is None else given[pair] for pair in program.pairs]
+        return jax.tree_util.tree_unflatten(program.tree, flat)
 
 
 def _bar(progress: bool, total: int, initial: int) -> Any:
@@ -519,11 +726,12 @@ def _choose(
     how: str,
     chunk_size: int | None,
     programs: dict[int, _Program],
+    usable: tuple[bool, ...] | None = None,
 ) -> tuple[Choice, Any]:
     """The way to run this population (compiling what it needs), and what the probe ran of that
     way: vmap's outputs (None where not kept), or the batch the loop or chunks wrote into and how
-    many of the chosen way's calls it holds. Sizes are members of each device's (all of them
-    where the population is on one)."""
+    many members of each device's it ran, from the first. Sizes are members of each device's
+    (all of them where the population is on one)."""
     local = n // shards
     # Spread over the batch axis: each device holds its members, and the compiled programs'
     # memory is each device's (SPMD); spread otherwise (vmap alone): not known.
@@ -537,7 +745,7 @@ def _choose(
     def program(way: str, size: int) -> _Program:
         if size not in programs:
             try:
-                programs[size] = _compile(fn, population, args, n, shards, size)
+                programs[size] = _compile(fn, population, args, n, shards, size, usable)
             except jax.errors.JaxRuntimeError as e:
                 if how != "auto" or size == 1 or OUT_OF_MEMORY not in str(e):
                     raise
@@ -617,61 +825,114 @@ def _choose(
     # times their number of calls. Where the device's memory would not hold a way's program
     # beside the other's batch of outputs (the loop's or chunks' batch, vmap's outputs), the
     # batch is let go before each vmap call and vmap's outputs are not kept (it runs again if
-    # it wins).
-    batch = _Batch()
-    written = {way: 0 for way in candidates}  # calls written into the batch, from the first
+    # it wins). A donated population: the loop's and chunks' calls run successive members in
+    # place (each member once: their outputs are the run's; a way with no members left for a
+    # timed call counts its warm-up's time), and vmap is timed last, by its program that keeps
+    # what they wrote (``_completion``), where that program fits.
+    pairs = loop.pairs
+    donated = any(pair is not None for pair in pairs)
+    completion: _Program | None = None
+    if donated and "vmap" in candidates:
+        completion = chosen["vmap"].finish()
+        if limit is not None and completion is not None and completion.need > limit:
+            candidates.remove("vmap")
+            dropped.append("vmap's probe beside the population")
+            words = f"; {', '.join(dropped)} would not fit in {room}"
+            if len(candidates) == 1:
+                p = chosen[candidates[0]]
+                reason = f"{candidates[0]}: the only way{words}"
+                return Choice(candidates[0], p.size, n, device, memory, limit, {}, reason), None
+    leaves = jax.tree_util.tree_leaves(population)
+    batch = _Batch(*_split(leaves, pairs))
+    ran = {way: 0 for way in candidates}  # members of each device's a way ran into the batch, from the first
     vmapped: Any = None
     outputs = max((chosen[way].out for way in candidates), default=0)
-    tight = limit is not None and any(chosen[way].need + outputs > limit for way in candidates)
+    tight = (
+        not donated and limit is not None and any(chosen[way].need + outputs > limit for way in candidates)
+    )
 
-    def write(p: _Program, start: int) -> Any:
-        return batch.write(p, population, args, start)  # timed: waited for
+    def start(way: str) -> int | None:
+        """Where the way's next call begins (None: no call left for it in the probe)."""
+        size = chosen[way].size
+        if donated:  # the members run so far, by either way
+            first = max(ran.values())
+            return first if first + size <= local else None
+        return min(ran[way], local - size) if ran[way] < local else None
+
+    def write(way: str, at: int) -> Any:
+        out = batch.write(chosen[way], args, at)  # timed: waited for
+        ran[way] = at + chosen[way].size
+        return out
 
     def run_all(p: _Program) -> Any:
         nonlocal batch
+        if completion is not None:
+            if batch.side is None:  # no call of the loop or chunks ran
+                batch.side = next(chosen[way] for way in candidates if way != "vmap").zeros()
+            return completion.run(batch.kept, batch.given, args, batch.side, np.int32(max(ran.values())))
         if tight:
-            batch = _Batch()
-            written.update(dict.fromkeys(written, 0))
-        out = jax.block_until_ready(p.run(population, args))
+            batch = _Batch(*_split(leaves, pairs))
+            ran.update(dict.fromkeys(ran, 0))
+        out = jax.block_until_ready(p.run(batch.kept, batch.given, args))
         return None if tight else out
 
+    warm: dict[str, float] = {}
     for way in candidates:
-        p = chosen[way]
-        if p.size < local:
-            jax.block_until_ready(write(p, 0))
-            written[way] = 1
+        at = start(way)
+        if chosen[way].size < local and at is not None:
+            if donated:
+                warm[way] = timed(way, lambda way=way, at=at: write(way, at))[1]
+            else:
+                jax.block_until_ready(write(way, at))
     samples: dict[str, list[float]] = {way: [] for way in candidates}
     for round in range(PROBE_CALLS):
         for way in candidates if round % 2 == 0 else candidates[::-1]:
             p = chosen[way]
-            starts = _starts(local, p.size)
-            if p.size == local and round == 0:
+            if p.size == local and round == 0 and not donated:
                 vmapped, took = timed(way, lambda p=p: run_all(p))
-            elif p.size < local and written[way] < len(starts):
-                took = timed(way, lambda p=p, start=starts[written[way]]: write(p, start))[1]
-                written[way] += 1
+            elif p.size < local and (at := start(way)) is not None:
+                took = timed(way, lambda way=way, at=at: write(way, at))[1]
             else:
                 continue
             samples[way].append(took)
-    seconds = {way: min(samples[way] or [0.0]) * len(_starts(local, chosen[way].size)) for way in candidates}
+    if "vmap" in candidates and donated:
+        vmapped, took = timed("vmap", lambda: run_all(chosen["vmap"]))
+        samples["vmap"].append(took)
+    seconds = {
+        way: min(samples[way] or [warm.get(way, 0.0)]) * _calls(local, chosen[way].size, donated)
+        for way in candidates
+    }
     # vmap's one call was also its first (not warmed up): where it lost, it may have lost by the
     # warm-up (a small program's first call on the CPU takes twice as long, or more), so it runs
     # once more, timed.
     others = min((seconds[way] for way in candidates if way != "vmap"), default=0.0)
     if "vmap" in candidates and seconds["vmap"] > others:
         p = chosen["vmap"]
-        took = timed("vmap", lambda p=p: run_all(p))[1]
+        vmapped, took = timed("vmap", lambda p=p: run_all(p))
         seconds["vmap"] = min(seconds["vmap"], took)
     best = min(candidates, key=lambda way: seconds[way])
     p = chosen[best]
     estimate = ", ".join(f"{way} {seconds[way]:.3g} s" for way in candidates)
     per_call = f"{p.size} member(s) per call" + ("" if shards == 1 else f" on each of {shards} devices")
-    reason = f"{best} of {per_call}: the fastest by the probe ({estimate}){words}"
+    given = " (the outputs in the population's donated buffers)" if donated else ""
+    reason = f"{best} of {per_call}{given}: the fastest by the probe ({estimate}){words}"
     choice = Choice(best, p.size, n, device, memory, limit, seconds, reason)
-    # vmap's probe was its whole run (unless not kept). The chosen loop's or chunks' calls in
-    # the batch are part of the run, unless the other wrote into it too (its members then are
-    # written again).
     if best == "vmap":
+        if donated:  # its outputs are the run's: the population's given buffers go
+            for x in [*batch.given, *(batch.side or [])]:
+                x.delete()
         return choice, vmapped
-    others = [way for way in candidates if way not in (best, "vmap")]
-    return choice, (batch, 0 if others else written[best])
+    # The chosen loop's or chunks' calls in the batch are part of the run, unless the other
+    # wrote into it too (its members then are written again; a donated population's members
+    # cannot run again, and each ran once, by one way or the other).
+    if donated:
+        return choice, (batch, max(ran.values()))
+    others_wrote = any(ran[way] for way in candidates if way not in (best, "vmap"))
+    return choice, (batch, 0 if others_wrote else ran[best])
+
+
+def _calls(local: int, size: int, donated: bool) -> int:
+    """The calls of a whole run of ``size`` members per call (a donated run's members past its
+    last whole chunk: one call of the loop each)."""
+    starts, rest = _starts(local, size, overlap=not donated)
+    return len(starts) + len(rest)

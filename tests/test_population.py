@@ -258,10 +258,10 @@ def test_auto_never_chooses_a_way_that_does_not_fit(
     # backend reports no limit): vmap does not fit; forced, the compiler's error is the user's.
     compile_ = _population._compile
 
-    def refusing(fn: Any, population: Any, args: Any, n: int, shards: int, size: int) -> Any:
+    def refusing(fn: Any, population: Any, args: Any, n: int, shards: int, size: int, *rest: Any) -> Any:
         if size == n:
             raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Ran out of memory in memory space hbm")
-        return compile_(fn, population, args, n, shards, size)
+        return compile_(fn, population, args, n, shards, size, *rest)
 
     monkeypatch.setattr(_population, "_compile", refusing)
     monkeypatch.setattr(_population, "device_memory", lambda device: None)
@@ -290,8 +290,10 @@ def test_where_one_member_needs_more_than_the_batch_the_loop_is_dropped_like_any
     compile_ = _population._compile
     grown: dict[str, float] = {}
 
-    def loop_needs_most(fn: Any, population: Any, args: Any, n: int, shards: int, size: int) -> Any:
-        program = compile_(fn, population, args, n, shards, size)
+    def loop_needs_most(
+        fn: Any, population: Any, args: Any, n: int, shards: int, size: int, *rest: Any
+    ) -> Any:
+        program = compile_(fn, population, args, n, shards, size, *rest)
         if size == 1:
             program.need += 10 * (program.need + 1)
             grown["loop"] = program.need
@@ -318,6 +320,116 @@ def test_where_one_member_needs_more_than_the_batch_the_loop_is_dropped_like_any
     assert choice.how == least != "loop" and choice.seconds == {}
     assert any(f"even the smallest program ({least})" in r.getMessage() for r in caplog.records)
     assert_batched_close(got, expected)
+
+
+def step(member: Any, shift: Any) -> Any:
+    """One Adam step of a member: its outputs shaped as the member (a training step's)."""
+    tx, params = member
+    grads = jax.grad(loss)(params, shift)
+    updates, _ = tx.update(grads, tx.init(params), params)
+    return tx, optax.apply_updates(params, updates)
+
+
+def test_a_donated_population_gives_its_buffers_to_the_outputs(
+    population: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shift = jnp.float32(0.5)
+    outs = [jax.jit(step)(opx.index(population, i), shift) for i in range(MEMBERS)]
+    expected = jax.tree.map(lambda *xs: jnp.stack(xs), *outs)
+    fresh = lambda: jax.tree.map(jnp.copy, population)  # noqa: E731 - each run consumes its own
+    for how, chunk_size, programs in [("loop", None, 1), ("vmap", None, 1), ("chunks", 2, 2)]:
+        fn, traces = counted()
+        fn = step_of(fn)
+        kept = fresh()
+        _, plain = opx.map_population(fn, kept, shift, how=how, chunk_size=chunk_size, with_choice=True)
+        given = fresh()
+        traces[0] = 0
+        got, choice = opx.map_population(
+            fn, given, shift, how=how, chunk_size=chunk_size, with_choice=True, donate=True
+        )
+        # Chunks of 2 over 5 members: 2 chunks, then the last member through the loop's program
+        # (a member already overwritten cannot run again, as an overlapping chunk would).
+        assert traces == [programs]
+        if how == "loop":
+            chex.assert_trees_all_equal(got, expected)
+        else:
+            assert_batched_close(got, expected)
+        # The outputs took the population's buffers: its arrays are gone, the run needs less.
+        assert all(x.is_deleted() for x in jax.tree.leaves(given))
+        assert not any(x.is_deleted() for x in jax.tree.leaves(kept))
+        assert choice.memory[how] < plain.memory[how], (how, choice.memory, plain.memory)
+        # The outputs are a population again: the next step donates them in turn.
+        again = opx.map_population(fn, got, shift, how=how, chunk_size=chunk_size, donate=True)
+        assert all(x.is_deleted() for x in jax.tree.leaves(got)) and again[1]["w1"].shape == (MEMBERS, 8, 32)
+
+    # A leaf that is also an argument, or twice in the population, is read, never given.
+    tx, params = fresh()
+    got = opx.map_population(
+        lambda member, shift, w1: step(member, shift),
+        (tx, params),
+        shift,
+        params["w1"],
+        how="loop",
+        donate=True,
+    )
+    chex.assert_trees_all_equal(got, expected)
+    assert not params["w1"].is_deleted() and params["b1"].is_deleted()
+
+    # auto: the loop's and chunks' probe calls run successive members in place (each member once),
+    # and vmap is timed last by a program that keeps what they wrote. Whichever wins, every
+    # member's numbers are right, and a repeat run is remembered.
+    for seconds, way in [
+        ({"loop": 1.0, "chunks": 1.2, "vmap": 3.9}, "chunks"),
+        ({"loop": 1.0, "chunks": 1.0, "vmap": 0.5}, "vmap"),
+        ({"loop": 0.1, "chunks": 1.0, "vmap": 5.0}, "loop"),
+    ]:
+        fake = FakeTimings(seconds)
+        monkeypatch.setattr(_population, "timed", fake)
+        fn, traces = counted()
+        given = fresh()
+        got, choice = opx.map_population(step_of(fn), given, shift, with_choice=True, donate=True)
+        assert choice.how == way and "donated" in choice.reason, choice.reason
+        assert_batched_close(got, expected)
+        assert all(x.is_deleted() for x in jax.tree.leaves(given))
+        again, same = opx.map_population(step_of(fn), fresh(), shift, with_choice=True, donate=True)
+        assert same is choice
+        assert_batched_close(again, expected)
+
+    # Room for the donated loop, not for the loop beside its batch of outputs: donated, it runs.
+    _, plain = opx.map_population(step_of(counted()[0]), fresh(), shift, how="loop", with_choice=True)
+    _, donated = opx.map_population(
+        step_of(counted()[0]), fresh(), shift, how="loop", with_choice=True, donate=True
+    )
+    room = int(donated.memory["loop"] + plain.memory["loop"]) // 2
+    monkeypatch.setattr(_population, "device_memory", lambda device: room)
+    got, choice = opx.map_population(step_of(counted()[0]), fresh(), shift, with_choice=True, donate=True)
+    assert choice.how == "loop" and "vmap" in choice.reason.split("; ")[1], choice.reason
+    chex.assert_trees_all_equal(got, expected)
+    # Room for the donated vmap, not for its probe (the whole population beside its outputs):
+    # vmap is not probed, however fast it would be.
+    _, whole = opx.map_population(
+        step_of(counted()[0]), fresh(), shift, how="vmap", with_choice=True, donate=True
+    )
+    monkeypatch.setattr(_population, "device_memory", lambda device: int(whole.memory["vmap"]))
+    monkeypatch.setattr(_population, "timed", FakeTimings({"loop": 1.0, "chunks": 1.0, "vmap": 0.1}))
+    got, choice = opx.map_population(step_of(counted()[0]), fresh(), shift, with_choice=True, donate=True)
+    assert choice.how in ("loop", "chunks") and "vmap" not in choice.seconds
+    assert "vmap's probe beside the population would not fit" in choice.reason, choice.reason
+    assert_batched_close(got, expected)
+
+
+_STEPS: dict[Any, Any] = {}
+
+
+def step_of(counting: Any) -> Any:
+    """A training step (its outputs shaped as the member) that counts its traces through
+    ``counting`` (``counted()``'s): one function object per ``counting``."""
+
+    def fn(member: Any, shift: Any) -> Any:
+        counting(member, shift)  # its trace counted; its outputs unused
+        return step(member, shift)
+
+    return _STEPS.setdefault(counting, fn)
 
 
 _SHARDED = """
@@ -378,6 +490,17 @@ if AxisType is not None:
         got = opx.map_population(fn, population3, shift, how=how)
         jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=2e-7), got, expected)
         assert len(got[1].sharding.device_set) == 8, (how, got[1].sharding)
+# Donated: the outputs in the population's buffers, on every device, every way.
+from test_population import step
+outs = [jax.jit(step)(opx.index((batch, params), i), shift) for i in range(members)]
+stepped = jax.tree.map(lambda *xs: jnp.stack(xs), *outs)
+for how in ("loop", "chunks", "vmap"):
+    given = opx.shard(jax.tree.map(jnp.copy, (batch, params)), mesh, "pop")
+    size = 3 if how == "chunks" else None  # 4 a device: a chunk of 3, then the loop's program
+    got = opx.map_population(step, given, shift, how=how, chunk_size=size, donate=True)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=2e-7), got, stepped)
+    assert all(x.is_deleted() for x in jax.tree.leaves(given)), how
+    assert got[1]["w1"].sharding.is_equivalent_to(population[1]["w1"].sharding, 3), got[1]["w1"].sharding
 print("OK")
 """
 
