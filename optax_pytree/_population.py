@@ -743,7 +743,8 @@ def _choose(
     chosen: dict[str, _Program] = {}  # way -> its program
 
     def program(way: str, size: int) -> _Program:
-        if size not in programs:
+        if size not in programs or (how != "auto" and programs[size].run is None):
+            # (forced where auto found it refused: compiled again, the compiler's error the user's)
             try:
                 programs[size] = _compile(fn, population, args, n, shards, size, usable)
             except jax.errors.JaxRuntimeError as e:
@@ -785,7 +786,10 @@ def _choose(
             per_member = (
                 (whole - loop.need) / (local - 1) if whole < math.inf else loop.need - loop.fixed - loop.out
             )
-            k = _default_chunk(local, lambda k: limit is None or loop.need + per_member * (k - 1) <= limit)
+            # A donated population's probe runs each member once: chunks of at most (local - 2) / 2
+            # leave room for a timed call of each way after its first.
+            top = local if usable is None or not any(usable) else max(4, local - 2)
+            k = _default_chunk(top, lambda k: limit is None or loop.need + per_member * (k - 1) <= limit)
         if k is None:
             dropped.append("chunks")  # not even 2 members by the estimate: not compiled
         else:

@@ -265,11 +265,12 @@ def test_auto_never_chooses_a_way_that_does_not_fit(
 
     monkeypatch.setattr(_population, "_compile", refusing)
     monkeypatch.setattr(_population, "device_memory", lambda device: None)
-    got, choice = opx.map_population(counted()[0], population, shift, with_choice=True)
+    fn = counted()[0]
+    got, choice = opx.map_population(fn, population, shift, with_choice=True)
     assert choice.how in ("chunks", "loop") and choice.memory["vmap"] == float("inf")
     assert "vmap would not fit in the device's memory" in choice.reason
     with pytest.raises(jax.errors.JaxRuntimeError, match="RESOURCE_EXHAUSTED"):
-        opx.map_population(counted()[0], population, shift, how="vmap")
+        opx.map_population(fn, population, shift, how="vmap")  # the way auto found refused
     monkeypatch.setattr(_population, "_compile", compile_)
 
     # Not even one member's program fits: the loop still (it needs the least), with a warning.
