@@ -808,12 +808,18 @@ def _choose(
             if least == "loop"
             else (f"even the smallest program ({least})", least)
         )
+        hint = (
+            ""
+            if usable is not None
+            else " (donate=True lets fn's outputs reuse the population's buffers: a run then holds it once)"
+        )
         LOGGER.warning(
-            "optax_pytree.map_population: %s (%d bytes) exceeds the device's memory (%d bytes); running %s",
+            "optax_pytree.map_population: %s (%d bytes) exceeds the device's memory (%d bytes); running %s%s",
             what,
             chosen[least].need,
             limit,
             running,
+            hint,
         )
     room = "the device's memory" if limit is None else f"{limit} bytes"
     words = f"; {', '.join(dropped)} would not fit in {room}" if dropped else ""
