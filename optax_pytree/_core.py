@@ -12,7 +12,9 @@ from __future__ import annotations
 # pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
 from typing import Any, TypeAlias
 
-from . import _build, _jaxprs
+import jax
+
+from . import _build, _jaxprs, _leaves
 from ._leaves import Exact, Leaves, Pending
 from ._spec import Spec
 
@@ -113,8 +115,28 @@ class Core:
         for source in sources:
             source.check()
 
+    def staged_plain(self) -> Any:
+        """Plain optax's object for this one's values (``plain``), where its leaves are concrete
+        and staged into a program, else None.
+
+        Staged there (a combinator's ``lax.cond`` run eagerly traces its branches, ``jit`` a
+        function that closes over the object), concrete leaves become the program's operands
+        or its constants, as JAX lowers them: an eager ``cond`` makes them operands where plain
+        optax's Python numbers are constants of the branch, and a TPU's compiler folds a power
+        of a constant base otherwise than one of an operand's (1 unit in the last place of
+        ``0.8 ** 2``). The object made from those numbers computes what plain optax computes
+        there, whichever JAX makes of them; one rebuilt from leaves has no such object.
+        """
+        if self.plain is None or not _jaxprs.staging():
+            return None
+        leaves = () if self.pending is not None else jax.tree_util.tree_leaves(self.stored_leaves)
+        return None if any(_leaves.is_tracer(x) for x in leaves) else self.plain
+
     def init(self, params: Any) -> Any:
         self.check_sources()
+        plain = self.staged_plain()
+        if plain is not None:
+            return plain.init(params)
         try:
             return _jaxprs.call(lambda h, p: self.built_from(h).init(p), self, params)
         except Exception as e:
@@ -123,6 +145,9 @@ class Core:
 
     def update(self, updates: Any, state: Any, params: Any = None, **extra_args: Any) -> tuple[Any, Any]:
         self.check_sources()
+        plain = self.staged_plain()
+        if plain is not None:
+            return plain.update(updates, state, params, **extra_args)
         try:
             return _jaxprs.call(
                 lambda h, *a, **k: self.built_from(h).update(*a, **k),

@@ -24,7 +24,7 @@ from helpers import assert_jit_bit_for_bit, counting_jit, raw, run_in_fresh_pyth
 
 import optax_pytree as opx
 import optax_pytree.optax as dropin
-from optax_pytree import _backends
+from optax_pytree import _backends, _build
 
 
 def _frozen(tree: Any) -> Any:
@@ -274,6 +274,24 @@ def test_a_loop_unrolled_inside_one_jit_is_exact_where_the_object_is_made_inside
     first = opx.wrap(plain_optax.adamw, opx.wrap(plain_optax.warmup_cosine_decay_schedule, 0.0, 2e-2, 2, 10))
     second = opx.wrap(plain_optax.adamw, opx.wrap(plain_optax.warmup_cosine_decay_schedule, 0.0, 3e-2, 2, 10))
     assert jax.tree.structure(first) == jax.tree.structure(second), opx.explain(first, second)
+
+    # Staged with concrete leaves, the object is plain optax's for its numbers: closed over by a
+    # traced function, and as a child that a combinator run eagerly stages in a lax.cond's branch
+    # (which makes what the branch closes over the program's operands, where plain optax's Python
+    # numbers are constants: on a TPU v5e 0.8 ** 2 was 1 unit in the last place apart). The same
+    # program as plain optax's, not the leaves' rebuild; run eagerly, the same numbers.
+    g = grads(params)
+
+    def program(tx: Any) -> str:
+        return str(jax.make_jaxpr(lambda g, s: tx.update(g, s, params))(g, tx.init(params)))
+
+    exponent2 = lambda f: f(  # noqa: E731 - the composition matrix's exponent-2 schedule
+        plain_optax.adamw, f(plain_optax.warmup_cosine_decay_schedule, 0.0, 1e-2, 2, 10, exponent=2.0)
+    )
+    closed, child = exponent2(opx.wrap), _build.build_child(exponent2(opx.wrap))
+    assert program(closed) == program(child) == program(exponent2(raw))
+    state = closed.init(params)
+    chex.assert_trees_all_equal(child.update(g, state, params), exponent2(raw).update(g, state, params))
 
 
 _GRADIENT_IN_THE_STEP = """
