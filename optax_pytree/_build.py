@@ -62,43 +62,14 @@ def _identity(x: Any) -> Any:
 
 
 def build_child(w: Any) -> Any:
-    """A wrapped child as the plain optax object its parent's factory takes.
-
-    One with concrete leaves and the object its factory returned for its values (``plain``)
-    computes, wherever the parent runs it staged into a program (an eager ``lax.cond``
-    combinator traces its branches), what that object computes (``_core.Core.staged_plain``).
-    """
+    """A wrapped child as the plain optax object its parent's factory takes: what its factory
+    returned for its Python values where nothing of it is traced (``Core.concrete_plain``),
+    else built from its leaves."""
     if is_wrapped(w):
         core = w._core
-        built = build(core.spec, core.leaves, core.exact)
-        if core.plain is None or (core.pending is None and _any_traced(core.stored_leaves)):
-            return built
-        return _staged_as(built, core.plain)
+        plain = core.concrete_plain()
+        return plain if plain is not None else build(core.spec, core.leaves, core.exact)
     return w
-
-
-def _any_traced(leaves: Any) -> bool:
-    return any(_leaves.is_tracer(x) for x in jax.tree_util.tree_leaves(leaves))
-
-
-def _staged_as(built: Any, plain: Any) -> Any:
-    """``built``, computing as ``plain`` where it runs staged into a program (a transformation
-    or a schedule; anything else as it is)."""
-    from ._jaxprs import staging
-
-    def choose() -> Any:
-        return plain if staging() else built
-
-    if type(built) in (optax.GradientTransformation, optax.GradientTransformationExtraArgs) and type(
-        plain
-    ) is type(built):
-        return type(built)(
-            lambda params: choose().init(params),
-            lambda updates, state, params=None, **extra: choose().update(updates, state, params, **extra),
-        )
-    if callable(built) and callable(plain) and not hasattr(built, "init"):
-        return functools.wraps(built)(lambda *args, **kwargs: choose()(*args, **kwargs))
-    return built
 
 
 def argument(spec: Spec, leaves: tuple[Any, ...], name: str, build_children: bool = False) -> Any:

@@ -115,26 +115,27 @@ class Core:
         for source in sources:
             source.check()
 
-    def staged_plain(self) -> Any:
-        """Plain optax's object for this one's values (``plain``), where its leaves are concrete
-        and staged into a program, else None.
+    def concrete_plain(self) -> Any:
+        """What the factory returned for the object's Python values, where nothing of it is
+        traced (the object made by ``wrap`` or ``replace``, its leaves concrete); else None
+        (one rebuilt from leaves has no such object).
 
-        Staged there (a combinator's ``lax.cond`` run eagerly traces its branches, ``jit`` a
-        function that closes over the object), concrete leaves become the program's operands
-        or its constants, as JAX lowers them: an eager ``cond`` makes them operands where plain
-        optax's Python numbers are constants of the branch, and a TPU's compiler folds a power
-        of a constant base otherwise than one of an operand's (1 unit in the last place of
-        ``0.8 ** 2``). The object made from those numbers computes what plain optax computes
-        there, whichever JAX makes of them; one rebuilt from leaves has no such object.
+        It computes what plain optax computes for those numbers wherever it runs: eagerly,
+        and staged into a program, where concrete leaves would be the program's operands or
+        its constants as JAX lowers them (an eager ``lax.cond`` makes what its branches close
+        over operands where plain optax's Python numbers are constants of the branch, and a
+        TPU's compiler computes a power of a constant base otherwise than one of an operand:
+        1 unit in the last place of ``0.8 ** 2``).
         """
-        if self.plain is None or not _jaxprs.staging():
-            return None
-        leaves = () if self.pending is not None else jax.tree_util.tree_leaves(self.stored_leaves)
-        return None if any(_leaves.is_tracer(x) for x in leaves) else self.plain
+        plain = self.plain
+        if plain is None or self.pending is not None:
+            return plain
+        hyper = jax.tree_util.tree_leaves((self.stored_leaves, self.stored_exact))
+        return None if any(_leaves.is_tracer(x) for x in hyper) else plain
 
     def init(self, params: Any) -> Any:
         self.check_sources()
-        plain = self.staged_plain()
+        plain = self.concrete_plain()
         if plain is not None:
             return plain.init(params)
         try:
@@ -145,7 +146,7 @@ class Core:
 
     def update(self, updates: Any, state: Any, params: Any = None, **extra_args: Any) -> tuple[Any, Any]:
         self.check_sources()
-        plain = self.staged_plain()
+        plain = self.concrete_plain()
         if plain is not None:
             return plain.update(updates, state, params, **extra_args)
         try:

@@ -178,14 +178,6 @@ def call(fn: Callable[..., Any], owner: Any, *args: Any, **kwargs: Any) -> Any:
     return jax.tree_util.tree_unflatten(out_tree, outs)
 
 
-def staging() -> bool:
-    """Whether operations are being staged into a program (a ``jit``, a ``lax.cond``'s branches,
-    a ``scan``'s body) rather than run one at a time (False where this JAX does not say)."""
-    trace = getattr(getattr(jax_core, "trace_ctx", None), "trace", None)
-    eval_trace = getattr(jax_core, "EvalTrace", None)
-    return trace is not None and eval_trace is not None and not isinstance(trace, eval_trace)
-
-
 def _is_array(x: Any) -> bool:
     return isinstance(x, (jax.Array, int, float, complex)) or hasattr(x, "__array__")
 

@@ -689,7 +689,7 @@ class _Batch:
     def outputs(self, program: _Program) -> Any:
         """``fn``'s outputs, from the batch and the given leaves."""
         given = dict(zip(sorted(pair for pair in program.pairs if pair is not None), self.given))
-        side = iter(self.side if self.side is not None else program.zeros())
+        side = iter(self.side)  # allocated by the first write: a run writes at least once
         flat = [next(side) if pair is None else given[pair] for pair in program.pairs]
         return jax.tree_util.tree_unflatten(program.tree, flat)
 

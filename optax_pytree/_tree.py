@@ -346,7 +346,7 @@ class PyTreeSchedule(_Wrapped):
         """The schedule's value at step ``count`` (traced or concrete)."""
         core = self._core
         core.check_sources()
-        plain = _eager_plain(core)
+        plain = core.concrete_plain()
         if plain is not None:
             # Called eagerly with the Python values at hand: plain optax's own schedule, so a
             # Python step count meets Python numbers as in plain optax (``count / steps`` in
@@ -359,19 +359,6 @@ class PyTreeSchedule(_Wrapped):
     # reference to the function it compiles, and tuples cannot be weakly
     # referenced. optax's tree utilities still find its arguments through
     # the key paths of its leaves (``GetAttrKey``).
-
-
-def _eager_plain(core: Core) -> Any:
-    """What the factory returned for the object's Python values, where nothing is traced (the
-    object made by ``wrap`` or ``replace``, its leaves concrete); else None."""
-    plain = core.plain
-    if plain is None or core.pending is not None:
-        return plain
-    if any(_leaves.is_tracer(x) for x in core.stored_leaves) or any(
-        _leaves.is_tracer(x) for x in jax.tree_util.tree_leaves(core.stored_exact)
-    ):
-        return None
-    return plain
 
 
 _CLASSES = {Kind.TRANSFORMATION: PyTreeTransformation, Kind.SCHEDULE: PyTreeSchedule}
