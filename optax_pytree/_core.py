@@ -179,7 +179,11 @@ def _sources(core: Core) -> tuple[Any, ...]:
     own = getattr(core, "source", None)
     if own is not None:
         found.append(own)
-    for w in jax.tree_util.tree_leaves(core.leaves, is_leaf=is_wrapped):
+    # Its children, without making its leaves (a wrap's init runs the object its factory
+    # returned: it needs no leaf).
+    pending = core.pending
+    children = list(pending.children.values()) if pending is not None else core.leaves
+    for w in jax.tree_util.tree_leaves(children, is_leaf=is_wrapped):
         if is_wrapped(w):
             found.extend(_sources(w._core))
     return tuple(found)

@@ -23,6 +23,7 @@ import pytest
 from jax.core import Tracer
 
 import optax_pytree.optax as dropin
+from optax_pytree import _leaves
 from optax_pytree._static import freeze
 
 PARAMS = {"kernel": jnp.linspace(-1.0, 1.0, 6).reshape(3, 2), "bias": jnp.array([0.1, -0.2])}
@@ -266,6 +267,23 @@ def test_a_closure_over_a_config_object_is_compared_by_what_it_reads() -> None:
 def test_leaves_made_at_first_use_inside_jit_are_concrete() -> None:
     # A rebuild makes its leaves when first used (Pending); a first use inside
     # a trace (the object closed over) must not leave the trace's values in it.
+    # An eager init is no use of them: it runs the object the factory returned.
+    made = dropin.adamw(0.1, b1=0.8, weight_decay=0.01)
+    made.init(PARAMS)
+    assert made._core.pending is not None  # pyright: ignore[reportPrivateUsage]
+    # Made on the host and placed in one dispatch: JAX's own conversion of the numbers
+    # (values, dtypes, weak types), and the exact child of the one-jit maker.
+    pending = made._core.pending  # pyright: ignore[reportPrivateUsage]
+    spec = pending.spec
+    n = len(pending.numbers)
+    reference = _leaves._exact_maker(n, len(pending.hosts), spec.carried_dtypes, spec.fingerprint_of)(  # pyright: ignore[reportPrivateUsage]
+        *pending.numbers, *pending.hosts, *pending.folds
+    )
+    got = [*made._core.leaves[:n], *made._core.exact]  # pyright: ignore[reportPrivateUsage]
+    assert spec.leaf_names[:n] == spec.dynamic_names
+    for x, y in zip(got, reference, strict=True):
+        assert (x.dtype, x.shape, x.weak_type) == (y.dtype, y.shape, y.weak_type)
+        chex.assert_trees_all_equal(x, y)
     tx = dropin.adamw(0.1, weight_decay=0.01)
 
     @jax.jit
