@@ -35,12 +35,15 @@ def _raw_schedule(peak: float) -> Any:
 
 
 # Waited for: the leaves, which a wrap makes at their first use (here), as
-# ``inject_hyperparams`` makes its arrays at ``init``. The rows of construction
-# alone make no array (nothing to wait for: :func:`_pure`).
+# ``inject_hyperparams`` makes its arrays at ``init``.
 WRAP_LEAVES = "wrap (cached) + its leaves made"
 # What a builder called once per trial pays before its first step: the object,
 # its state, and every array of both made (waited for).
 WRAP_INIT_LEAVES = "wrap + init + its leaves made"
+# The rows that make arrays; the others are construction alone (nothing to wait for).
+WAITED = frozenset(
+    (WRAP_LEAVES, WRAP_INIT_LEAVES, "wrap + init", "optax.adam + init", "inject_hyperparams + init")
+)
 
 FIRST_ADAM = "wrap (first call for the factory)"
 FIRST_SCHEDULE = f"wrap {SCHEDULE} (first call for the factory)"
@@ -56,11 +59,6 @@ class Group:
     inject: str
     optax: str
     calls: dict[str, Callable[[], Any]]
-
-
-def _pure(name: str) -> bool:
-    """Construction alone: no array made, nothing to wait for."""
-    return "init" not in name and "leaves" not in name
 
 
 def _init_and_leaves(tx: Any, params: Any) -> Any:
@@ -140,7 +138,7 @@ def run(s: Settings, log: Log) -> dict[str, Any]:
             first[name].append(clock() - t0)
     groups = _groups(it, {"w": jnp.ones(3)})
     calls = {k: f for g in groups for k, f in g.calls.items()}
-    t = interleaved(calls, s.micro_repeats, s.micro_seconds, pure=[k for k in calls if _pure(k)])
+    t = interleaved(calls, s.micro_repeats, s.micro_seconds, pure=[k for k in calls if k not in WAITED])
     out: dict[str, Any] = {name: {"s": summary(v)} for name, v in first.items()}
     for g in groups:
         for name in g.calls:

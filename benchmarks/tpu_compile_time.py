@@ -34,23 +34,13 @@ os.environ.setdefault("TPU_ACCELERATOR_TYPE", "v5litepod-1")
 os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
 
 import jax
-import jax.numpy as jnp
 import optax
 
 import optax_pytree as opx
 import scan_step
-from tpu_programs import _tpu_sharding, libtpu_requirement  # pyright: ignore[reportPrivateUsage]
+from tpu_programs import _abstract, _tpu_sharding, libtpu_requirement  # pyright: ignore[reportPrivateUsage]
 
 PHASES = ("trace", "lower", "compile")
-
-
-def _abstract(tree: Any, sharding: Any) -> Any:
-    return jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct(
-            jnp.shape(x), jnp.result_type(x), sharding=sharding, weak_type=getattr(x, "weak_type", False)
-        ),
-        tree,
-    )
 
 
 def _programs(name: str) -> dict[str, tuple[Callable[..., Any], Any]]:

@@ -101,15 +101,6 @@ def fits_int_leaf(x: Any) -> bool:
     return bool(jax.config.jax_enable_x64) and -(2**63) <= x < 2**63  # pyright: ignore[reportAttributeAccessIssue]
 
 
-@functools.lru_cache(maxsize=64)
-def _weak_converter(n: int):
-    # One jitted identity converts every Python number of a wrap in a single
-    # dispatch (~20 us for adam's five floats, against ~21 us for *each*
-    # ``jnp.asarray``), and outputs keep the weak type of their inputs.
-    del n
-    return jax.jit(lambda *xs: xs)
-
-
 def weak(x: Any) -> Any:
     """``x`` weakly typed if its dtype is a default one (traced or not)."""
     if getattr(x, "weak_type", False) or np.dtype(x.dtype) not in _DEFAULT_KINDS:
@@ -120,25 +111,6 @@ def weak(x: Any) -> Any:
         return lax_internal._convert_element_type(x, x.dtype, weak_type=True)  # pyright: ignore[reportPrivateUsage]
     except (ImportError, AttributeError, TypeError):  # pragma: no cover - private API moved
         return x
-
-
-@functools.lru_cache(maxsize=256)
-def _exact_maker(n: int, n_hosts: int, dtypes: tuple[str, ...], of: tuple[int, ...]):
-    """One jitted call making a wrap's leaves and its ``exact`` child from Python numbers.
-
-    ``n`` arguments, then the ``n_hosts`` host values of the carried
-    expressions, then the folds (their host values and fingerprint); the
-    fingerprint of arguments ``of`` (see :func:`fingerprint`) goes after the
-    host values. Compiled once per layout, like the converter of
-    :func:`to_leaves`.
-    """
-
-    def make(*xs: Any) -> Any:
-        args = xs[:n]
-        hosts, folds = xs[n : n + n_hosts], xs[n + n_hosts :]
-        return (*args, *exact_child(hosts, [args[i] for i in of], dtypes, folds))
-
-    return jax.jit(make)
 
 
 def exact_child(hosts: Any, of: list[Any], dtypes: tuple[str, ...], folds: Any = ()) -> tuple[Any, ...]:
@@ -204,10 +176,6 @@ def make_exact(
     """The leaves of Python-number arguments and the ``exact`` child: computed on the host
     (NumPy, as :func:`exact_child` does with concrete values), then placed in one dispatch."""
     values = host_numbers(args)
-    if values is None:  # a number no leaf holds as NumPy does (an int past int32): JAX's conversion
-        out = _exact_maker(len(args), len(hosts), dtypes, of)(*args, *hosts, *folds)
-        n = len(args)
-        return out[:n], tuple(out[n:])
     vectors = exact_vectors(carried_values(hosts, [values[i] for i in of], dtypes), dtypes, folds)
     out = to_device([*values, *vectors])
     return out[: len(args)], out[len(args) :]
@@ -215,17 +183,16 @@ def make_exact(
 
 def convert_numbers(numbers: list[Any]) -> tuple[Any, ...]:
     """Python numbers as weakly typed leaves, in one dispatch."""
-    values = host_numbers(numbers)
-    return _weak_converter(len(numbers))(*numbers) if values is None else to_device(values)
+    return to_device(host_numbers(numbers))
 
 
-def host_numbers(numbers: list[Any]) -> list[Any] | None:
+def host_numbers(numbers: list[Any]) -> list[Any]:
     """Python numbers as the NumPy values of the leaves JAX makes of them (float32 for a float,
-    float64 with ``jax_enable_x64``); None where one is an integer its leaf cannot hold (JAX's
-    conversion raises, NumPy's would wrap around)."""
+    float64 with ``jax_enable_x64``). An integer its leaf cannot hold raises JAX's error (a
+    dynamic argument forced on one: NumPy's conversion would wrap around)."""
     for x in numbers:
         if type(x) is int and not fits_int_leaf(x):
-            return None
+            jnp.asarray(x)  # OverflowError: too large to convert
     return [value_as_leaf(x) for x in numbers]
 
 
@@ -239,23 +206,18 @@ def to_device(values: list[Any]) -> tuple[Any, ...]:
     there, one vector of eleven 0.74 ms (2026-12-07).
     """
     groups: dict[np.dtype[Any], list[Any]] = {}
-    sizes: dict[np.dtype[Any], int] = {}
     layout: list[tuple[int, int, tuple[int, ...]]] = []
     for v in values:
         a = np.asarray(v)
         parts = groups.setdefault(a.dtype, [])
-        start = sizes.get(a.dtype, 0)
-        layout.append((list(groups).index(a.dtype), start, a.shape))
+        layout.append((list(groups).index(a.dtype), sum(p.size for p in parts), a.shape))
         parts.append(a.reshape(-1))
-        sizes[a.dtype] = start + a.size
-    vectors = [np.concatenate(parts) for parts in groups.values()]
-    return _unpacker(tuple(layout), tuple(d.str for d in groups))(*vectors)
+    return _unpacker(tuple(layout))(*(np.concatenate(parts) for parts in groups.values()))
 
 
 @functools.lru_cache(maxsize=256)
-def _unpacker(layout: tuple[tuple[int, int, tuple[int, ...]], ...], dtypes: tuple[str, ...]):
-    """The jitted slicing of :func:`to_device`, one per layout (and dtypes)."""
-    del dtypes  # part of the key: the vectors' dtypes
+def _unpacker(layout: tuple[tuple[int, int, tuple[int, ...]], ...]):
+    """The jitted slicing of :func:`to_device`: (vector, start, shape) of each value."""
 
     def unpack(*vectors: Any) -> tuple[Any, ...]:
         out: list[Any] = []

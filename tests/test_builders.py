@@ -272,13 +272,17 @@ def test_leaves_made_at_first_use_inside_jit_are_concrete() -> None:
     made.init(PARAMS)
     assert made._core.pending is not None  # pyright: ignore[reportPrivateUsage]
     # Made on the host and placed in one dispatch: JAX's own conversion of the numbers
-    # (values, dtypes, weak types), and the exact child of the one-jit maker.
+    # (values, dtypes, weak types), and the exact child JAX computes from those leaves.
     pending = made._core.pending  # pyright: ignore[reportPrivateUsage]
     spec = pending.spec
     n = len(pending.numbers)
-    reference = _leaves._exact_maker(n, len(pending.hosts), spec.carried_dtypes, spec.fingerprint_of)(  # pyright: ignore[reportPrivateUsage]
-        *pending.numbers, *pending.hosts, *pending.folds
-    )
+
+    @jax.jit
+    def reference_maker(numbers: Any, hosts: Any, folds: Any) -> Any:
+        of = [numbers[i] for i in spec.fingerprint_of]
+        return (*numbers, *_leaves.exact_child(hosts, of, spec.carried_dtypes, folds))
+
+    reference = reference_maker(pending.numbers, pending.hosts, list(pending.folds))
     got = [*made._core.leaves[:n], *made._core.exact]  # pyright: ignore[reportPrivateUsage]
     assert spec.leaf_names[:n] == spec.dynamic_names
     for x, y in zip(got, reference, strict=True):
