@@ -162,6 +162,12 @@ def call(fn: Callable[..., Any], owner: Any, *args: Any, **kwargs: Any) -> Any:
     live = [is_tracer(x) for x in hyper_flat] + [False] * len(where)
     keys: list[Any] = [(INPUT, i) for i in range(n)] + [None] * len(where)
     folds = Folds(owner, hyper_flat)
+    # What the step's work reads of the hyperparameters, computed in the step where that is
+    # cheaper than reading it from a loop's state (``_backends.step_zero``): the zero is made
+    # from the first integer scalar among the arguments (an optimizer state's step count).
+    counts = [x for x in inputs[n:] if is_tracer(x) and jnp.ndim(x) == 0 and _is_int(x)]
+    before = _ZERO[0]
+    _ZERO[0] = _backends.step_zero(counts[0]) if counts else None
     try:
         outs = _rewritten(closed.jaxpr, closed.consts, inputs, derived, live, None, keys, folds)[0]
     except Exception as error:  # noqa: BLE001 - the mechanism's own failure: never the factory's
@@ -175,7 +181,18 @@ def call(fn: Callable[..., Any], owner: Any, *args: Any, **kwargs: Any) -> Any:
             stacklevel=2,
         )
         return fn(hyper, *args, **kwargs)
+    finally:
+        _ZERO[0] = before
     return jax.tree_util.tree_unflatten(out_tree, outs)
+
+
+# The zero of the call being rewritten (``_backends.step_zero``), or None.
+_ZERO: list[Any] = [None]
+
+
+def _is_int(x: Any) -> bool:
+    dtype = jnp.result_type(x)
+    return bool(jnp.issubdtype(dtype, jnp.integer))
 
 
 def _is_array(x: Any) -> bool:
@@ -269,7 +286,18 @@ def _rewritten(
             if k is not None:
                 keys[v] = k
 
-    def folded(kind: str, vs: list[Any], site: Any) -> Any:
+    zero = _ZERO[0]
+    done: dict[int, Any] = {}  # id -> a value laundered here (kept alive: ids stay unique)
+
+    def laundered(x: Any) -> Any:
+        """A scalar of the hyperparameters alone, as the step's work reads it (once)."""
+        if zero is None or id(x) in done:
+            return x
+        out = _backends.launder(x, zero)
+        done[id(out)] = out
+        return out
+
+    def folded(kind: str, vs: list[Any], site: Any, read_in_step: bool = False) -> Any:
         """What the backend's compiler folds from ``vs`` (scalars of the hyperparameters alone),
         broadcast to ``site``'s shape: the carried value where an object carries it."""
         scalars = [scalar_of(v) for v in vs]
@@ -289,6 +317,8 @@ def _rewritten(
                 )
         if out is None:
             out = _backends.lowered(_backends.exact_fold(kind), *values)
+        if read_in_step:
+            out = laundered(out)
         target = shape(site)
         return out if target in ((), None) or jnp.shape(out) == target else jnp.broadcast_to(out, target)
 
@@ -316,7 +346,7 @@ def _rewritten(
         out_keys: list[Any] = [None] * len(eqn.outvars)
         if is_float and name in ("div", "mul") and flags[1] != flags[0] and (name == "mul" or flags[1]):
             if name == "div":  # A / C => A * (1 / C), the reciprocal as the backend folds it
-                reciprocal = folded("reciprocal", [eqn.invars[1]], eqn.invars[1])
+                reciprocal = folded("reciprocal", [eqn.invars[1]], eqn.invars[1], read_in_step=True)
                 value, constant = inputs[0], Constant(reciprocal, splats[1], shape(eqn.invars[1]))
                 inner = products.get(eqn.invars[0]) if not is_literal(eqn.invars[0]) else None
             else:
@@ -328,7 +358,7 @@ def _rewritten(
                 product = lax.mul(inner[1].value, constant.value)
                 splat_product = inner[1].splat and constant.splat
                 value, constant = inner[0], Constant(product, splat_product, shape(eqn.outvars[0]))
-            outputs = [lax.mul(value, constant.value)]
+            outputs = [lax.mul(value, laundered(constant.value))]
             products[eqn.outvars[0]] = (value, constant)
             out_flags = [False]
         elif is_float and name == "mul" and not any(flags) and (found := scaled_product(eqn)) is not None:
@@ -337,13 +367,14 @@ def _rewritten(
             # read at run time (adafactor's learning rate times its parameter scale); with the
             # constant a leaf it would not, so the build does.
             (value, constant), scalar = found
-            factor = lax.mul(read(scalar), _the_scalar(constant.value))
+            factor = lax.mul(read(scalar), laundered(_the_scalar(constant.value)))
             outputs = [lax.mul(value, lax.broadcast_in_dim(factor, shape(eqn.outvars[0]), ()))]
             out_flags = [False]
         elif is_float and name == "pow" and lives[0] and not flags[1]:
             # A constant base: the backend's compiler may fold part of the power (its logarithm).
-            log2_base = folded("log2", [eqn.invars[0]], eqn.invars[0])
-            outputs = [_backends.lowered(_power_of_constant_base, inputs[0], inputs[1], log2_base)]
+            log2_base = folded("log2", [eqn.invars[0]], eqn.invars[0], read_in_step=True)
+            base = laundered(inputs[0])
+            outputs = [_backends.lowered(_power_of_constant_base, base, inputs[1], log2_base)]
             out_flags = [False]
         elif name in INLINED and "jaxpr" in eqn.params:
             inner = eqn.params["jaxpr"]
@@ -371,6 +402,13 @@ def _rewritten(
             out_flags = [not eqn.effects]
             out_keys = [key_of(eqn, [key(v) for v in eqn.invars])]
         else:
+            if (
+                zero is not None
+                and any(lives)
+                and not (all(flags) and all(shape(o) in ((), None) for o in eqn.outvars))
+            ):
+                # Read by the step's work (with its values, or broadcast to them).
+                inputs = [laundered(x) if a else x for x, a in zip(inputs, lives)]
             out = bind(eqn, inputs)
             outputs = list(out) if eqn.primitive.multiple_results else [out]
             out_flags = [all(flags) and not eqn.effects] * len(outputs)

@@ -27,7 +27,7 @@ from helpers import assert_jit_bit_for_bit
 from jax import lax
 
 import optax_pytree as opx
-from optax_pytree import _backends, _disk
+from optax_pytree import _backends, _disk, _jaxprs
 
 F32 = np.float32
 DATA = pathlib.Path(__file__).parent / "data"
@@ -215,6 +215,7 @@ def _adam_steps(tx: Any, steps: int = 6) -> Any:
 def test_a_cpu_only_process_traces_what_it_always_did() -> None:
     if _backends.platforms() != ("cpu",):
         pytest.skip(f"this process can lower for {_backends.platforms()}, not the CPU alone")
+    assert _backends.step_zero(jnp.int32(0)) is None  # nothing laundered
     tx = opx.wrap(optax.adam, learning_rate=1e-3)
     params = {"w": jnp.ones(3)}
     jaxpr = str(jax.make_jaxpr(lambda tx, s, p: tx.update(p, s, p))(tx, tx.init(params), params))
@@ -367,3 +368,110 @@ def test_the_reassociation_is_read_from_any_backends_compiled_text() -> None:
     vector = "  %multiply = f32[8]{0:T(128)} multiply(%copy-done, %broadcast)"
     assert _backends.multiplies_scalars_first(tpu) and _backends.multiplies_scalars_first(cpu)
     assert not _backends.multiplies_scalars_first(vector)
+
+
+# --------------------------------------------------------------------------
+# On a TPU a scalar of a loop's state that the step's vector work reads costs the step about
+# twice what the same scalar computed in the step costs (benchmarks/scalar_probe.py): there,
+# what the step reads of the hyperparameters is read through ``x - 0 * count`` (issue 46).
+
+
+@pytest.fixture
+def laundering(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CPU treated as a backend that launders (the TPU's only difference kept apart)."""
+    import dataclasses
+
+    monkeypatch.setitem(_backends.TABLE, "cpu", dataclasses.replace(_backends.CPU, launders=True))
+
+
+def _hyperparameters_alone(jaxpr: Any, hyper: set[Any]) -> set[Any]:
+    """The variables of ``jaxpr`` (one level) computed from ``hyper`` and literals alone."""
+    alone = set(hyper)
+    for eqn in jaxpr.eqns:
+        inputs = [v for v in eqn.invars if not _jaxprs.is_literal(v)]
+        if inputs and all(v in alone for v in inputs):
+            alone.update(eqn.outvars)
+    return alone
+
+
+def _wrapped_adamw() -> Any:
+    return opx.wrap(
+        optax.adamw, opx.wrap(optax.warmup_cosine_decay_schedule, 0.0, 1e-3, 10, 1000, exponent=1.5)
+    )
+
+
+def test_a_laundering_backends_step_reads_no_hyperparameter_from_outside_the_step(laundering: None) -> None:
+    # A laundered value is the value, bit for bit: its dtype, weak type and derivative kept. A
+    # subnormal is not among them: a backend that flushes subnormals in its arithmetic (this
+    # CPU; a TPU, the one that launders, has none) reads it as zero either way.
+    values = jnp.asarray([-0.0, 0.0, np.inf, -np.inf, np.nan, 1e-30, -3e38, 0.1], jnp.float32)
+    laundered = jax.jit(
+        jax.vmap(lambda v, c: _backends.launder(v, _backends.step_zero(c)), in_axes=(0, None))
+    )
+    for dtype in (jnp.float32, jnp.bfloat16, jnp.float16):
+        x = values.astype(dtype)
+        for count in (0, 7, -7, 2**31 - 1, -(2**31)):  # any integer: its zero is +0.0 (-0.0 kept)
+            got = laundered(x, jnp.int32(count))
+            np.testing.assert_array_equal(np.asarray(got).view(np.uint8), np.asarray(x).view(np.uint8))
+    weak = jax.jit(lambda v, c: _backends.launder(v, _backends.step_zero(c)))
+    assert jax.eval_shape(weak, 1.0, jnp.int32(0)).weak_type
+    assert jax.grad(lambda v: _backends.launder(v * 2.0, _backends.step_zero(jnp.int32(3))))(1.0) == 2.0
+    # Every scalar of the hyperparameters that the step's vector work reads is computed in it.
+    tx = _wrapped_adamw()
+    params = {"w": jnp.linspace(-1.0, 1.0, 6, dtype=jnp.bfloat16)}
+    closed = jax.make_jaxpr(lambda tx, s, p: tx.update(p, s, p))(tx, tx.init(params), params)
+    n = len(jax.tree.leaves(tx))
+    alone = _hyperparameters_alone(closed.jaxpr, set(closed.jaxpr.invars[:n]))
+    vector_work = [e for e in closed.jaxpr.eqns if any(jnp.ndim(v.aval) > 0 for v in e.outvars)]
+    read = [v for e in vector_work for v in e.invars if v in alone and v.aval.shape == ()]
+    assert vector_work and not read, read
+    # What depends on the hyperparameters alone is still computed from them alone (before a
+    # loop, by XLA's loop-invariant code motion): the folds are not laundered, only their use.
+    assert len(alone) > 2 * n
+    # Without laundering the same step reads them directly.
+    plain_backend = jax.make_jaxpr(lambda tx, s, p: tx.update(p, s, p))
+    _backends.TABLE["cpu"] = _backends.CPU
+    closed = plain_backend(tx, tx.init(params), params)
+    alone = _hyperparameters_alone(closed.jaxpr, set(closed.jaxpr.invars[:n]))
+    vector_work = [e for e in closed.jaxpr.eqns if any(jnp.ndim(v.aval) > 0 for v in e.outvars)]
+    assert [v for e in vector_work for v in e.invars if v in alone and v.aval.shape == ()]
+
+
+_PARAMS = {"w": jnp.linspace(-1.0, 1.0, 6), "b": jnp.linspace(0.5, -0.5, 3, dtype=jnp.bfloat16)}
+
+
+def _scanned(tx: Any, state: Any, steps: int = 4) -> Any:
+    """``steps`` updates in a ``lax.scan``, the state an input (made outside the program)."""
+
+    def body(carry: Any, _: Any) -> Any:
+        p, s = carry
+        updates, s = tx.update(jax.tree.map(jnp.sin, p), s, p)
+        return (optax.apply_updates(p, updates), s), updates
+
+    return jax.lax.scan(body, (_PARAMS, state), None, length=steps)
+
+
+def test_laundering_changes_no_number_dtype_or_derivative(laundering: None) -> None:
+    # x - (+0.0) is x for every float x: a scan of steps is plain optax's, bit for bit, with the
+    # dtypes of a weakly typed hyperparameter meeting bfloat16 parameters; so are a vmapped
+    # grid and the derivative with respect to a schedule's peak, against the same without it.
+    tx = _wrapped_adamw()
+    plain = optax.adamw(optax.warmup_cosine_decay_schedule(0.0, 1e-3, 10, 1000, exponent=1.5))
+    state = tx.init(_PARAMS)
+    laundered = jax.jit(_scanned)(tx, state)
+    assert_jit_bit_for_bit(laundered, jax.jit(lambda s: _scanned(plain, s))(plain.init(_PARAMS)))
+    grid, _ = opx.grid(tx, {"learning_rate.peak_value": [1e-3, 3e-3]})
+    grid_state = jax.vmap(lambda t: t.init(_PARAMS))(grid)
+    vmapped = jax.jit(jax.vmap(lambda t, s: _scanned(t, s, 2)[1]))(grid, grid_state)
+
+    def peak_loss(peak: Any, s: Any) -> Any:
+        t = tx.replace(learning_rate=tx.learning_rate.replace(peak_value=peak))
+        return sum(jnp.sum(x.astype(jnp.float32)) for x in jax.tree.leaves(_scanned(t, s, 3)[0][0]))
+
+    derivative = jax.jit(jax.grad(peak_loss))(jnp.float32(1e-3), state)
+    _backends.TABLE["cpu"] = _backends.CPU
+    chex.assert_trees_all_equal(laundered, jax.jit(_scanned)(tx, state))
+    chex.assert_trees_all_equal(
+        vmapped, jax.jit(jax.vmap(lambda t, s: _scanned(t, s, 2)[1]))(grid, grid_state)
+    )
+    chex.assert_trees_all_equal(derivative, jax.jit(jax.grad(peak_loss))(jnp.float32(1e-3), state))
