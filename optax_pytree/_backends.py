@@ -436,6 +436,11 @@ class Treatment:
     # Whether a value of the hyperparameters that a step's work reads is better computed in the
     # step than read from a loop's state (:func:`step_zero`): the TPU's.
     launders: bool = False
+    # Whether the compiler unrolls a loop of a constant trip count (``fori_loop(0, 5, ...)``, a
+    # ``scan``) into code that computes otherwise than the loop that a leaf's trip count keeps
+    # (a ``while``): the TPU's (muon's Newton-Schulz loop, 15 dots against the loop's 3, one
+    # element of 12 in the last bit). A leaf that is a trip count is then static.
+    unrolls_constant_loops: bool = False
 
     def folded_value(self, name: str, inputs: list[Any]) -> Any:
         """The folded value of a primitive of constants alone, or None (the device's is the same)."""
@@ -506,6 +511,7 @@ TPU = Treatment(
     exponents_text="the TPU: the whole multiples of 1/2, 1/3 and 1/4 but 0 and 1",
     carries=True,
     launders=True,
+    unrolls_constant_loops=True,
 )
 
 TABLE: dict[str, Treatment] = {"cpu": CPU, "tpu": TPU}
@@ -624,6 +630,12 @@ def multiplies_scalars_first(text: str) -> bool:
 def specialized_exponents_text(platform: str | None = None) -> str:
     """Which exponents the backend's compiler specializes, in words (for messages)."""
     return treatment(platform or jax.default_backend()).exponents_text
+
+
+def unrolls_constant_loops(platform: str | None = None) -> bool:
+    """Whether the compiler of ``platform`` (the default backend's) unrolls a loop of a constant
+    trip count into other numbers than a loop of a trip count read at run time."""
+    return treatment(platform or jax.default_backend()).unrolls_constant_loops
 
 
 def specializes_exponent(value: Any, platform: str | None = None) -> bool:

@@ -253,6 +253,9 @@ def approximate_ops(closed: ClosedJaxpr, params: Any = None) -> dict[str, Any]:
     """
     counts: dict[str, Any] = {}
     exponents: list[bool] = []
+    # A loop: a constant trip count is a ``scan`` (a ``fori_loop`` of Python bounds), a leaf's a
+    # ``while``; where the compiler unrolls the first, they are other operations.
+    loops = ("scan", "while") if _backends.unrolls_constant_loops() else ()
 
     def walk(jaxpr: Jaxpr, consts: dict[int, Any], inputs: tuple[Any, ...] = ()) -> None:
         # Values of the inputs (the wrapped build's leaves) alone are the
@@ -264,7 +267,7 @@ def approximate_ops(closed: ClosedJaxpr, params: Any = None) -> dict[str, Any]:
             if alone:
                 derived.update(map(id, eqn.outvars))
                 continue
-            if eqn.primitive.name in _APPROXIMATE:
+            if eqn.primitive.name in _APPROXIMATE or eqn.primitive.name in loops:
                 counts[eqn.primitive.name] = counts.get(eqn.primitive.name, 0) + 1
             if eqn.primitive.name == "pow":
                 exponent = eqn.invars[1]

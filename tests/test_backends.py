@@ -475,3 +475,48 @@ def test_laundering_changes_no_number_dtype_or_derivative(laundering: None) -> N
         vmapped, jax.jit(jax.vmap(lambda t, s: _scanned(t, s, 2)[1]))(grid, grid_state)
     )
     chex.assert_trees_all_equal(derivative, jax.jit(jax.grad(peak_loss))(jnp.float32(1e-3), state))
+
+
+@pytest.mark.exhaustive  # 15 s: muon's verification bisects to the trip count
+def test_where_the_compiler_unrolls_constant_loops_a_trip_count_is_static(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # muon's ns_steps: plain optax's fori_loop of a constant 5 is a scan, which a TPU unrolls (15
+    # dots); a leaf's is a while loop, kept (3 dots), one element of 12 one unit apart in the
+    # last bit there. The verification finds the leaf that the loop's bound is, and makes it
+    # static where the backend unrolls: the program is then plain optax's.
+    import dataclasses
+
+    from optax_pytree import _caches
+
+    params = {"w": jnp.linspace(-1.0, 1.0, 12).reshape(3, 4), "b": jnp.linspace(0.5, -0.5, 4)}
+    _caches.clear_caches()
+    monkeypatch.setitem(
+        _backends.TABLE, "cpu", dataclasses.replace(_backends.CPU, unrolls_constant_loops=True)
+    )
+    try:
+        # A nonzero weight decay: with a Python 0.0 optax skips its term, which a leaf cannot
+        # (tests/test_catalogue.py: _WEIGHT_DECAY).
+        tx = opx.wrap(optax.contrib.muon, 1e-3, weight_decay=1e-4)
+        assert "ns_steps" not in tx.dynamic_argnames and "learning_rate" in tx.dynamic_argnames
+        plain = optax.contrib.muon(1e-3, weight_decay=1e-4)
+
+        def steps(tx: Any, state: Any) -> Any:
+            def body(s: Any, _: Any) -> Any:
+                updates, s = tx.update(jax.tree.map(jnp.cos, params), s, params)
+                return s, updates
+
+            return jax.lax.scan(body, state, None, length=3)[1]
+
+        program = str(jax.make_jaxpr(steps)(tx, tx.init(params)))
+        assert " while[" not in program and program.count(" scan[") == str(
+            jax.make_jaxpr(lambda s: steps(plain, s))(plain.init(params))
+        ).count(" scan[")
+        assert_jit_bit_for_bit(
+            jax.jit(steps)(tx, tx.init(params)), jax.jit(lambda s: steps(plain, s))(plain.init(params))
+        )
+    finally:
+        _caches.clear_caches()
+    monkeypatch.setitem(_backends.TABLE, "cpu", _backends.CPU)
+    assert "ns_steps" in opx.wrap(optax.contrib.muon, 1e-3).dynamic_argnames  # the CPU computes both alike
+    _caches.clear_caches()

@@ -44,6 +44,8 @@ from helpers import (
     wrapped,
 )
 
+from optax_pytree import _backends
+
 CATALOGUE = catalogue()
 TRANSFORMATIONS = [(n, f) for n, f, k in CATALOGUE if k == "transformation"]
 SCHEDULES = [(n, f) for n, f, k in CATALOGUE if k == "schedule"]
@@ -117,7 +119,7 @@ NOT_BIT_FOR_BIT_UNDER_JIT_ON_CPU: dict[str, str] = {
 
 # Measured on a TPU v5e (docs/guide/numerics.md): each with its cause.
 # Measured on a TPU v5e (jax 0.10.2; benchmarks/constants_probe.py, docs/guide/numerics.md):
-# 8 of the 141 (muon since), against the CPU's 16, each in the last bits after six steps (at most 1.7e-6
+# 7 of the 141, against the CPU's 16, each in the last bits after six steps (at most 1.7e-6
 # relative). The ALGSIMP ones are bit for bit with XLA's algebraic simplifier off
 # (--xla_disable_hlo_passes=algsimp, on the TPU), and no single operation of theirs differs
 # with its hyperparameters constants (the probe, op by op): a rewrite across operations.
@@ -140,13 +142,14 @@ NOT_BIT_FOR_BIT_UNDER_JIT_ON_TPU: dict[str, str] = {
     # optax's, computed on the device in the wrapped one). To measure again on the chip.
     "optax.cosine_onecycle_schedule": _TPU_ALGSIMP,
     "optax.linear_onecycle_schedule": _TPU_ALGSIMP,
-    # Found by the 3x4 matrix (2026-12-07: 1 of 12 elements, 7.4e-8 relative); five steps with
-    # other gradients were bit for bit, with ns_steps a leaf and static alike.
-    "optax.contrib.muon": (
-        "ns_steps, a leaf, is the Newton-Schulz loop's trip count: XLA unrolls plain optax's "
-        "constant 5 (15 dots in their fusions), the wrapped program keeps the loop (3 dots), "
-        "and the TPU computes the two apart in the last bit (benchmarks/tpu_programs.py)"
-    ),
+    # optax.contrib.muon was here (found by the 3x4 matrix, 2026-12-07: 1 of 12 elements, 7.4e-8
+    # relative): ns_steps, a leaf, was the Newton-Schulz loop's trip count, which XLA unrolls where
+    # it is plain optax's constant 5 (15 dots in their fusions) and keeps as a loop where it is a
+    # leaf (3). Where the backend unrolls (_backends.unrolls_constant_loops), the verification now
+    # makes such a trip count static: compiled for a TPU v5e without the chip, the wrapped muon's
+    # program then has plain optax's 15 dots in 39 fusions, the same operations, three scalars of
+    # the last fusion read as operands where plain optax's are constants. Not yet run on the
+    # chip: its next run there checks it here.
 }
 
 NOT_BIT_FOR_BIT_UNDER_JIT = {
@@ -325,10 +328,11 @@ def test_only_what_needs_a_python_value_is_static(whole: bool) -> None:
         # constant (x * x): a leaf would differ in the last bit under jit.
         "optax.polynomial_schedule.power",
     }
-    if version(optax) < (0, 2, 8) or version(jax) >= (0, 12):
+    if version(optax) < (0, 2, 8) or version(jax) >= (0, 12) or _backends.unrolls_constant_loops():
         # optax < 0.2.8: fori_loop(0, ns_steps, ..., unroll=True), a Python trip
         # count; jax 0.12: its loop of a traced trip count is another program,
-        # evaluated by the verification otherwise than the unrolled one (static: safe).
+        # evaluated by the verification otherwise than the unrolled one (static: safe);
+        # a TPU: it unrolls plain optax's loop of a constant trip count, not a leaf's.
         allowed |= {"optax.contrib.muon.ns_steps", "optax.contrib.scale_by_muon.ns_steps"}
     if version(optax) < (0, 2, 7):  # np.cumprod of the piecewise schedule's values
         allowed |= {"optax.piecewise_interpolate_schedule.init_value"} | {
