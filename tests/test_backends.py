@@ -451,6 +451,7 @@ def _scanned(tx: Any, state: Any, steps: int = 4) -> Any:
     return jax.lax.scan(body, (_PARAMS, state), None, length=steps)
 
 
+@pytest.mark.exhaustive  # 5 s of compiles: CI's exhaustive stage runs it
 def test_laundering_changes_no_number_dtype_or_derivative(laundering: None) -> None:
     # x - (+0.0) is x for every float x: a scan of steps is plain optax's, bit for bit, with the
     # dtypes of a weakly typed hyperparameter meeting bfloat16 parameters; so are a vmapped
