@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from helpers import assert_jit_bit_for_bit
+from helpers import assert_jit_bit_for_bit, version
 from jax import lax
 
 import optax_pytree as opx
@@ -423,7 +423,12 @@ def test_a_laundering_backends_step_reads_no_hyperparameter_from_outside_the_ste
     n = len(jax.tree.leaves(tx))
     alone = _hyperparameters_alone(closed.jaxpr, set(closed.jaxpr.invars[:n]))
     vector_work = [e for e in closed.jaxpr.eqns if any(jnp.ndim(v.aval) > 0 for v in e.outvars)]
-    read = [v for e in vector_work for v in e.invars if v in alone and v.aval.shape == ()]
+    read = [
+        v
+        for e in vector_work
+        for v in e.invars
+        if not _jaxprs.is_literal(v) and v in alone and v.aval.shape == ()
+    ]
     assert vector_work and not read, read
     # What depends on the hyperparameters alone is still computed from them alone (before a
     # loop, by XLA's loop-invariant code motion): the folds are not laundered, only their use.
@@ -434,7 +439,12 @@ def test_a_laundering_backends_step_reads_no_hyperparameter_from_outside_the_ste
     closed = plain_backend(tx, tx.init(params), params)
     alone = _hyperparameters_alone(closed.jaxpr, set(closed.jaxpr.invars[:n]))
     vector_work = [e for e in closed.jaxpr.eqns if any(jnp.ndim(v.aval) > 0 for v in e.outvars)]
-    assert [v for e in vector_work for v in e.invars if v in alone and v.aval.shape == ()]
+    assert [
+        v
+        for e in vector_work
+        for v in e.invars
+        if not _jaxprs.is_literal(v) and v in alone and v.aval.shape == ()
+    ]
 
 
 _PARAMS = {"w": jnp.linspace(-1.0, 1.0, 6), "b": jnp.linspace(0.5, -0.5, 3, dtype=jnp.bfloat16)}
@@ -519,5 +529,8 @@ def test_where_the_compiler_unrolls_constant_loops_a_trip_count_is_static(
     finally:
         _caches.clear_caches()
     monkeypatch.setitem(_backends.TABLE, "cpu", _backends.CPU)
-    assert "ns_steps" in opx.wrap(optax.contrib.muon, 1e-3).dynamic_argnames  # the CPU computes both alike
+    if version(optax) >= (0, 2, 8) and version(jax) < (0, 12):  # else static anyway (test_catalogue)
+        assert (
+            "ns_steps" in opx.wrap(optax.contrib.muon, 1e-3).dynamic_argnames
+        )  # the CPU computes both alike
     _caches.clear_caches()
