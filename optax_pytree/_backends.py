@@ -71,7 +71,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.core import Tracer
+
+from . import _leaves
 
 # --------------------------------------------------------------------------
 # Error-free float32 arithmetic (Dekker, Knuth): each pair (hi, lo) is an
@@ -584,17 +585,13 @@ def step_zero(count: Any) -> Any:
 
 def launder(x: Any, zero: Any) -> Any:
     """``x - zero`` for a traced real float scalar ``x`` (its dtype and weak type kept), else ``x``."""
-    if zero is None or not isinstance(x, Tracer) or jnp.shape(x) != ():
+    if zero is None or not _leaves.is_tracer(x) or jnp.shape(x) != ():
         return x
     dtype = jnp.result_type(x)
     if not jnp.issubdtype(dtype, jnp.floating):
         return x
     out = lax.sub(x, lax.convert_element_type(zero, dtype))
-    if getattr(x.aval, "weak_type", False):
-        from jax._src.lax import lax as lax_internal
-
-        out = lax_internal._convert_element_type(out, dtype, weak_type=True)  # pyright: ignore[reportPrivateUsage]
-    return out
+    return _leaves.weak(out) if x.aval.weak_type else out
 
 
 def exact_fold(kind: str) -> Callable[[Treatment], Callable[..., Any]]:

@@ -249,7 +249,10 @@ def approximate_ops(closed: ClosedJaxpr, params: Any = None) -> dict[str, Any]:
     With, for ``pow``, which exponents are constants XLA specializes (see
     ``_backends.specializes_exponent``): a hyperparameter leaf as the exponent would
     not get that, so where the factory's own program has one, the wrapped
-    one must have it too (the argument is then static).
+    one must have it too (the argument is then static). And, where the
+    backend unrolls a loop of a constant trip count
+    (``_backends.unrolls_constant_loops``), its loops: plain optax's
+    ``scan`` is a leaf's ``while`` (the trip count is then static).
     """
     counts: dict[str, Any] = {}
     exponents: list[bool] = []

@@ -10,6 +10,7 @@ where the program is lowered (a CPU-only process traces what it always did).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import pathlib
@@ -27,7 +28,7 @@ from helpers import assert_jit_bit_for_bit, version
 from jax import lax
 
 import optax_pytree as opx
-from optax_pytree import _backends, _disk, _jaxprs
+from optax_pytree import _backends, _caches, _disk, _jaxprs
 
 F32 = np.float32
 DATA = pathlib.Path(__file__).parent / "data"
@@ -379,8 +380,6 @@ def test_the_reassociation_is_read_from_any_backends_compiled_text() -> None:
 @pytest.fixture
 def laundering(monkeypatch: pytest.MonkeyPatch) -> None:
     """The CPU treated as a backend that launders (the TPU's only difference kept apart)."""
-    import dataclasses
-
     monkeypatch.setitem(_backends.TABLE, "cpu", dataclasses.replace(_backends.CPU, launders=True))
 
 
@@ -496,10 +495,6 @@ def test_where_the_compiler_unrolls_constant_loops_a_trip_count_is_static(
     # dots); a leaf's is a while loop, kept (3 dots), one element of 12 one unit apart in the
     # last bit there. The verification finds the leaf that the loop's bound is, and makes it
     # static where the backend unrolls: the program is then plain optax's.
-    import dataclasses
-
-    from optax_pytree import _caches
-
     params = {"w": jnp.linspace(-1.0, 1.0, 12).reshape(3, 4), "b": jnp.linspace(0.5, -0.5, 4)}
     _caches.clear_caches()
     monkeypatch.setitem(
