@@ -16,7 +16,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -29,6 +29,7 @@ except ImportError:  # pragma: no cover - depends on the environment
     eqx = None
 
 BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+HIT_EVENT = "/jax/compilation_cache/cache_hits"
 
 Log = Callable[[str], None]
 
@@ -418,6 +419,61 @@ class CompileLog:
 
 
 COMPILES = CompileLog()
+
+
+class _CacheHits:
+    """Persistent-cache hits in this process (one ``jax.monitoring`` listener, registered once)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.listening = False
+
+    def listen(self) -> None:
+        if not self.listening:
+            jax.monitoring.register_event_listener(self._event)
+            self.listening = True
+
+    def _event(self, event: str, **kwargs: Any) -> None:
+        if event == HIT_EVENT:
+            self.count += 1
+
+
+HITS = _CacheHits()
+
+
+@contextlib.contextmanager
+def no_persistent_cache() -> Iterator[None]:
+    saved = cast(Any, jax.config).jax_enable_compilation_cache
+    jax.config.update("jax_enable_compilation_cache", False)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_compilation_cache", saved)
+
+
+def compile_sample(fn: Callable[..., Any], args: Sequence[Any]) -> dict[str, float]:
+    """Trace, lower and compile ``jax.jit`` of a new function object calling ``fn`` (nothing of
+    it in JAX's in-memory caches; call it inside :func:`no_persistent_cache`): the times of
+    each, their total, the XLA compilations seen and the persistent-cache hits."""
+    HITS.listen()
+    hits = HITS.count
+    jitted = jax.jit(fresh(fn))
+    with COMPILES.window() as found:
+        t0 = WALL_CLOCK()
+        traced = jitted.trace(*args)
+        t1 = WALL_CLOCK()
+        lowered = traced.lower()
+        t2 = WALL_CLOCK()
+        lowered.compile()
+        t3 = WALL_CLOCK()
+    return {
+        "trace_s": t1 - t0,
+        "lower_s": t2 - t1,
+        "compile_s": t3 - t2,
+        "total_s": t3 - t0,
+        "compiles": len(found),
+        "cache_hits": HITS.count - hits,
+    }
 
 
 class Capture(logging.Handler):

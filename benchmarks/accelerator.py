@@ -28,14 +28,13 @@ within the run's budget (``_common.BUDGET``) are skipped, with the reason.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import gc
 import itertools
 import math
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any, cast
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -44,7 +43,20 @@ import optax
 from jax import lax
 
 import optax_pytree as opx
-from _common import BUDGET, COMPILES, WALL_CLOCK, Log, Settings, fresh, interleaved, ratios, rotated, summary
+from _common import (
+    BUDGET,
+    COMPILES,
+    HITS,
+    WALL_CLOCK,
+    Log,
+    Settings,
+    fresh,
+    interleaved,
+    no_persistent_cache,
+    ratios,
+    rotated,
+    summary,
+)
 from _report import Target, check, fmt, on_median, ratio, section, table
 from _workload import mlp_loss, mlp_params
 
@@ -58,7 +70,6 @@ WEIGHT_DECAY = 1e-4
 TARGET_FROM = 16_000_000  # parameters: the steady-state targets hold from this size up
 STEADY_LIMIT = 1.02
 COMPILE_LIMIT = 1.1
-HIT_EVENT = "/jax/compilation_cache/cache_hits"
 APPROACHES = ("raw", "inject", "wrapped")
 LABELS = {
     "raw": "raw optax closed over (constants)",
@@ -459,36 +470,6 @@ def _sweep(sw: Sweep, log: Log) -> dict[str, Any]:
 # c. Compile time.
 
 
-class _CacheHits:
-    """Persistent-cache hits in this process (one ``jax.monitoring`` listener, registered once)."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.listening = False
-
-    def listen(self) -> None:
-        if not self.listening:
-            jax.monitoring.register_event_listener(self._event)
-            self.listening = True
-
-    def _event(self, event: str, **kwargs: Any) -> None:
-        if event == HIT_EVENT:
-            self.count += 1
-
-
-HITS = _CacheHits()
-
-
-@contextlib.contextmanager
-def _no_persistent_cache() -> Iterator[None]:
-    saved = cast(Any, jax.config).jax_enable_compilation_cache
-    jax.config.update("jax_enable_compilation_cache", False)
-    try:
-        yield
-    finally:
-        jax.config.update("jax_enable_compilation_cache", saved)
-
-
 def _compile_once(kind: str, abstract: tuple[Any, Any, Any], compile: bool = True) -> dict[str, float]:
     """Trace, lower and compile a fresh one-step program of ``kind`` (``compile=False``: no compile)."""
     params, state, batch = abstract
@@ -518,7 +499,7 @@ def _compile_times(sc: Scale, log: Log) -> dict[str, Any]:
     params, batch = sc.compile_model.abstract()
     abstract = {k: (params, jax.eval_shape(functools.partial(_init, k), params), batch) for k in APPROACHES}
     samples: dict[str, list[dict[str, float]]] = {k: [] for k in APPROACHES}
-    with _no_persistent_cache():
+    with no_persistent_cache():
         for k in APPROACHES:  # warm-up: the process's first trace of each (imports, first wrap)
             _compile_once(k, abstract[k], compile=False)
         for r in range(sc.compile_pairs * 2):
