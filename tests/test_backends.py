@@ -399,7 +399,12 @@ def _wrapped_adamw() -> Any:
     )
 
 
-def test_a_laundering_backends_step_reads_no_hyperparameter_from_outside_the_step(laundering: None) -> None:
+@pytest.mark.parametrize("lowers_for", [None, ("cpu", "tpu")], ids=["this-process", "a-tpu-process"])
+def test_a_laundering_backends_step_reads_no_hyperparameter_from_outside_the_step(
+    laundering: None, monkeypatch: pytest.MonkeyPatch, lowers_for: tuple[str, ...] | None
+) -> None:
+    if lowers_for is not None:  # as a TPU machine's process, which lowers for its CPU too (jaxprs only)
+        monkeypatch.setattr(_backends, "_platforms", lambda: lowers_for)
     # A laundered value is the value, bit for bit: its dtype, weak type and derivative kept. A
     # subnormal is not among them: a backend that flushes subnormals in its arithmetic (this
     # CPU; a TPU, the one that launders, has none) reads it as zero either way.
@@ -432,9 +437,13 @@ def test_a_laundering_backends_step_reads_no_hyperparameter_from_outside_the_ste
     # What depends on the hyperparameters alone is still computed from them alone (before a
     # loop, by XLA's loop-invariant code motion): the folds are not laundered, only their use.
     assert len(alone) > 2 * n
-    # Without laundering the same step reads them directly.
+    # Without laundering (on no backend of this process: a TPU's process lowers for the CPU too)
+    # the same step reads them directly.
     plain_backend = jax.make_jaxpr(lambda tx, s, p: tx.update(p, s, p))
-    _backends.TABLE["cpu"] = _backends.CPU
+    for platform in _backends.platforms():
+        monkeypatch.setitem(
+            _backends.TABLE, platform, dataclasses.replace(_backends.treatment(platform), launders=False)
+        )
     closed = plain_backend(tx, tx.init(params), params)
     alone = _hyperparameters_alone(closed.jaxpr, set(closed.jaxpr.invars[:n]))
     vector_work = [e for e in closed.jaxpr.eqns if any(jnp.ndim(v.aval) > 0 for v in e.outvars)]
