@@ -117,9 +117,8 @@ NOT_BIT_FOR_BIT_UNDER_JIT_ON_CPU: dict[str, str] = {
 }
 
 
-# Measured on a TPU v5e (docs/guide/numerics.md): each with its cause.
 # Measured on a TPU v5e (jax 0.10.2; benchmarks/constants_probe.py, docs/guide/numerics.md):
-# 7 of the 141, against the CPU's 16, each in the last bits after six steps (at most 1.7e-6
+# 8 of the 141, against the CPU's 16, each in the last bits after six steps (at most 1.7e-6
 # relative). The ALGSIMP ones are bit for bit with XLA's algebraic simplifier off
 # (--xla_disable_hlo_passes=algsimp, on the TPU), and no single operation of theirs differs
 # with its hyperparameters constants (the probe, op by op): a rewrite across operations.
@@ -142,14 +141,18 @@ NOT_BIT_FOR_BIT_UNDER_JIT_ON_TPU: dict[str, str] = {
     # optax's, computed on the device in the wrapped one). To measure again on the chip.
     "optax.cosine_onecycle_schedule": _TPU_ALGSIMP,
     "optax.linear_onecycle_schedule": _TPU_ALGSIMP,
-    # optax.contrib.muon was here (found by the 3x4 matrix, 2026-12-07: 1 of 12 elements, 7.4e-8
-    # relative): ns_steps, a leaf, was the Newton-Schulz loop's trip count, which XLA unrolls where
-    # it is plain optax's constant 5 (15 dots in their fusions) and keeps as a loop where it is a
-    # leaf (3). Where the backend unrolls (_backends.unrolls_constant_loops), the verification now
-    # makes such a trip count static: compiled for a TPU v5e without the chip, the wrapped muon's
-    # program then has plain optax's 15 dots in 39 fusions, the same operations, three scalars of
-    # the last fusion read as operands where plain optax's are constants. Not yet run on the
-    # chip: its next run there checks it here.
+    # Found by the 3x4 matrix (2026-12-07). First thought to be ns_steps, the Newton-Schulz loop's
+    # trip count, which XLA unrolls where it is plain optax's constant 5 and keeps as a loop where
+    # it is a leaf: where the backend unrolls, the verification now makes such a trip count static
+    # (plain optax's 15 dots in 39 fusions, compiled for the TPU without the chip). On the chip
+    # with ns_steps static it still differs, as before: 1 of 12 elements, 7.4e-8 relative. Taken
+    # apart there (each leaf alone dynamic, and each alone static): weight_decay is the cause,
+    # every other leaf alone dynamic is bit for bit, and with weight_decay static so is the whole.
+    # inject_hyperparams(muon) differs on the same run by 1.3e-2 relative in all 12 elements.
+    "optax.contrib.muon": "optax skips `g + weight_decay * p` in Python when weight_decay is the Python "
+    "0.0 (muon's default), which a leaf is not; with the term the TPU compiles the update's last "
+    "fusion otherwise (on the chip: weight_decay alone dynamic differs, static is bit for bit; a "
+    "nonzero weight_decay not measured there)",
 }
 
 NOT_BIT_FOR_BIT_UNDER_JIT = {
