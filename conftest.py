@@ -34,6 +34,10 @@ is set; ``tests/test_disk_cache.py`` turns them on in its own folders.
 ``OPTAX_PYTREE_TIME_BUDGET=SECONDS`` (CI sets it for the README's command)
 fails a run that takes longer, saying which tests took the time.
 
+``--part K/N`` runs the K-th of N consecutive parts of what the run selects
+(the suite on an accelerator, one process at a time, in calls of limited
+time): the N parts together are the run.
+
 ``optax_pytree.nnx`` and ``optax_pytree.linen`` need flax, an optional
 dependency; without it their doctest modules cannot be imported (by design:
 an ImportError that says so, tested in tests/test_flax.py).
@@ -78,6 +82,29 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="also run the exhaustive sets (tests marked 'exhaustive': the whole catalogue, corpus and "
         f"composition pairs, the multi-process jobs); also {EXHAUSTIVE_ENV}=1. CI runs them.",
     )
+
+    parser.addoption(
+        "--part",
+        default=None,
+        metavar="K/N",
+        help="run only the K-th of N parts (1 to N) of the tests this run selects: in their order, "
+        "each about 1/N of them; the N runs together run each test once (the suite on an accelerator "
+        "in calls of limited time: docs/guide/testing.md)",
+    )
+
+
+def part(config: pytest.Config) -> tuple[int, int] | None:
+    """``(k, n)`` of ``--part k/n``, or None."""
+    text = config.getoption("--part")
+    if text is None:
+        return None
+    try:
+        k, n = (int(x) for x in str(text).split("/"))
+    except ValueError:
+        raise pytest.UsageError(f"--part takes K/N, two integers (1 <= K <= N), not {text!r}") from None
+    if not 1 <= k <= n:
+        raise pytest.UsageError(f"--part {text}: K must be from 1 to N")
+    return k, n
 
 
 def exhaustive(config: pytest.Config) -> bool:
@@ -132,6 +159,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             items[:] = kept
     config.stash[SELECTED] = [item.nodeid for item in items]
     config.stash[DESELECTED] = len(dropped)
+    which = part(config)
+    if which is not None:
+        k, n = which
+        first, end = (len(items) * (k - 1)) // n, (len(items) * k) // n
+        config.hook.pytest_deselected(items=items[:first] + items[end:])
+        items[:] = items[first:end]
 
 
 # Test files skipped as a whole when collected (an optional dependency

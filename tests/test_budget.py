@@ -41,6 +41,25 @@ BUDGET_TESTS = 702
 EXHAUSTIVE_FILES = {"tests/test_optuna_multiprocess.py", "tests/test_optuna_postgres.py"}
 
 
+def _pytest(*args: str) -> subprocess.CompletedProcess[str]:
+    """``pytest --collect-only -q`` with ``args`` in a new process on the CPU (the exhaustive sets off
+    unless ``--exhaustive`` is given)."""
+    env = {k: v for k, v in on_the_cpu(os.environ).items() if k != "OPTAX_PYTREE_EXHAUSTIVE"}
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "--collect-only",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-n",
+        "0",
+        *args,
+    ]
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+
 def _default_selection(config: pytest.Config) -> tuple[list[str], set[str]]:
     """The node ids the default run selects, and the test files it skips whole when collected
     (an optional dependency missing): this session's, where it is the default run, else what
@@ -56,18 +75,11 @@ def _default_selection(config: pytest.Config) -> tuple[list[str], set[str]]:
         and not config.option.markexpr
         and not config.getoption("deselect")
         and not conftest.exhaustive(config)
+        and conftest.part(config) is None
     )
     if whole:
         return list(config.stash[conftest.SELECTED]), set(conftest.SKIPPED_FILES)
-    env = {k: v for k, v in on_the_cpu(os.environ).items() if k != conftest.EXHAUSTIVE_ENV}
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-rs", "-p", "no:cacheprovider", "-n", "0"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    result = _pytest("-rs")
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     lines = result.stdout.splitlines()
     skipped = {m.group(1) for line in lines if (m := re.match(r"^SKIPPED \[\d+\] (\S+\.py):\d+:", line))}
@@ -89,3 +101,20 @@ def test_the_default_run_stays_within_its_budget(pytestconfig: pytest.Config) ->
     test_files = {p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").glob("test_*.py")}
     assert test_files - EXHAUSTIVE_FILES <= files, sorted(test_files - EXHAUSTIVE_FILES - files)
     assert not EXHAUSTIVE_FILES & files, "a file listed as exhaustive only runs by default"
+
+
+@pytest.mark.exhaustive
+def test_the_parts_of_a_run_are_the_run_in_its_order() -> None:
+    # ``--part K/N`` (the suite on an accelerator in calls of limited time): the N parts, one after
+    # the other, are the run's tests in its order, each once.
+    def collected(*extra: str) -> list[str]:
+        result = _pytest("--exhaustive", *extra, "tests/test_layout.py", "tests/test_budget.py")
+        assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+        return [line for line in result.stdout.splitlines() if re.match(r"^\S+::\S", line)]
+
+    whole = collected()
+    parts = [collected("--part", f"{k}/3") for k in (1, 2, 3)]
+    assert len(whole) > 3 and all(parts)
+    assert [nodeid for p in parts for nodeid in p] == whole
+    wrong = _pytest("--part", "3/2", "tests/test_layout.py")
+    assert wrong.returncode != 0 and "--part 3/2: K must be from 1 to N" in wrong.stderr
