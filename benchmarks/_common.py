@@ -451,20 +451,21 @@ def no_persistent_cache() -> Iterator[None]:
         jax.config.update("jax_enable_compilation_cache", saved)
 
 
-def compile_sample(fn: Callable[..., Any], args: Sequence[Any]) -> dict[str, float]:
-    """Trace, lower and compile ``jax.jit`` of a new function object calling ``fn`` (nothing of
-    it in JAX's in-memory caches; call it inside :func:`no_persistent_cache`): the times of
-    each, their total, the XLA compilations seen and the persistent-cache hits."""
+def compile_sample(jitted: Any, args: Sequence[Any], compile: bool = True) -> dict[str, float]:
+    """Trace, lower and compile ``jitted`` (``jax.jit`` of a new function object, :func:`fresh`:
+    nothing of it in JAX's in-memory caches; call it inside :func:`no_persistent_cache`) at
+    ``args``; ``compile=False``: no compile. The times of each, their total, the XLA
+    compilations seen and the persistent-cache hits."""
     HITS.listen()
     hits = HITS.count
-    jitted = jax.jit(fresh(fn))
     with COMPILES.window() as found:
         t0 = WALL_CLOCK()
         traced = jitted.trace(*args)
         t1 = WALL_CLOCK()
         lowered = traced.lower()
         t2 = WALL_CLOCK()
-        lowered.compile()
+        if compile:
+            lowered.compile()
         t3 = WALL_CLOCK()
     return {
         "trace_s": t1 - t0,

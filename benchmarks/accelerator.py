@@ -46,10 +46,10 @@ import optax_pytree as opx
 from _common import (
     BUDGET,
     COMPILES,
-    HITS,
     WALL_CLOCK,
     Log,
     Settings,
+    compile_sample,
     fresh,
     interleaved,
     no_persistent_cache,
@@ -474,28 +474,10 @@ def _compile_once(kind: str, abstract: tuple[Any, Any, Any], compile: bool = Tru
     """Trace, lower and compile a fresh one-step program of ``kind`` (``compile=False``: no compile)."""
     params, state, batch = abstract
     fn, head = _program(kind, 1)  # a fresh function: nothing cached
-    hits = HITS.count
-    with COMPILES.window() as found:
-        t0 = WALL_CLOCK()
-        traced = fn.trace(*head, params, state, batch)
-        t1 = WALL_CLOCK()
-        lowered = traced.lower()
-        t2 = WALL_CLOCK()
-        if compile:
-            lowered.compile()
-        t3 = WALL_CLOCK()
-    return {
-        "trace_s": t1 - t0,
-        "lower_s": t2 - t1,
-        "compile_s": t3 - t2,
-        "total_s": t3 - t0,
-        "compiles": len(found),
-        "cache_hits": HITS.count - hits,
-    }
+    return compile_sample(fn, (*head, params, state, batch), compile)
 
 
 def _compile_times(sc: Scale, log: Log) -> dict[str, Any]:
-    HITS.listen()
     params, batch = sc.compile_model.abstract()
     abstract = {k: (params, jax.eval_shape(functools.partial(_init, k), params), batch) for k in APPROACHES}
     samples: dict[str, list[dict[str, float]]] = {k: [] for k in APPROACHES}

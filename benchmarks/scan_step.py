@@ -36,6 +36,7 @@ from _common import (
     Log,
     Settings,
     compile_sample,
+    fresh,
     interleaved,
     no_persistent_cache,
     ratios,
@@ -123,7 +124,7 @@ def _compile_samples(
     with no_persistent_cache():
         for r in range(rounds):
             for kind in kinds if r % 2 == 0 else kinds[::-1]:
-                out[kind].append(compile_sample(programs[kind][0], args[kind]))
+                out[kind].append(compile_sample(jax.jit(fresh(programs[kind][0])), args[kind]))
     return out
 
 
