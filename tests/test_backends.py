@@ -501,9 +501,9 @@ def test_where_the_compiler_unrolls_constant_loops_a_trip_count_is_static(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # muon's ns_steps: plain optax's fori_loop of a constant 5 is a scan, which a TPU unrolls (15
-    # dots); a leaf's is a while loop, kept (3 dots), one element of 12 one unit apart in the
-    # last bit there. The verification finds the leaf that the loop's bound is, and makes it
-    # static where the backend unrolls: the program is then plain optax's.
+    # dots); a leaf's is a while loop, kept (3 dots): other operations. The verification finds
+    # the leaf that the loop's bound is, and makes it static where the backend unrolls: the
+    # program is then plain optax's.
     params = {"w": jnp.linspace(-1.0, 1.0, 12).reshape(3, 4), "b": jnp.linspace(0.5, -0.5, 4)}
     _caches.clear_caches()
     monkeypatch.setitem(
