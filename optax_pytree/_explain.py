@@ -576,6 +576,16 @@ class WhyStatic(NamedTuple):
 
 def why_static(spec: Spec, name: str, value: Any) -> WhyStatic:
     factory = spec.info.name
+    if name in spec.analysis.at_zero:
+        return WhyStatic(
+            f"static at zero only: {factory} skips operations in Python for a zero, which plain "
+            "optax's program then lacks",
+            f"it is static at zero only: {factory} skips operations in Python for the number 0 "
+            "(optax: isinstance(weight_decay, (int, float)) and weight_decay == 0.0), so plain "
+            "optax's program for 0 has fewer operations; any other value is a dynamic leaf, all of "
+            "them one compilation (opx.grid and opx.stack take a zero as a leaf too)",
+            True,
+        )
     if name in spec.analysis.static_names:
         return WhyStatic(
             f"found by automatic detection: {factory} needs it as a Python value",

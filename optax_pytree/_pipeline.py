@@ -438,7 +438,7 @@ def _warn_static_numbers(info: FactoryInfo, analysis: Analysis, base: dict[str, 
     names, key, values = before
     if names != analysis.static_names or key == analysis.static_key:
         return
-    found = [(n, a, b) for n, a, b in zip(names, values, shown) if a != b]
+    found = [(n, a, b) for n, a, b in zip(names, values, shown) if type(a) is not type(b) or a != b]
     _recompiled.warn(
         where,
         f"optax_pytree: {info.name}: {_bind.which(tuple(n for n, _, _ in found))} is static (the "
@@ -461,6 +461,13 @@ def _make(
     # A configuration made before whose analysis nothing of the values
     # decides (no guards, no static candidates): its spec, found at once.
     spec = _spec.planned(classified.analysis_key)
+    if (
+        spec is not None
+        and spec.analysis.nonzero
+        and not _spec.in_batch()
+        and spec.analysis.zero_in(classified.values)
+    ):
+        spec = None  # a zero where it was verified nonzero: verified anew (``Analysis.nonzero``)
     if spec is None:
         degraded = _spec.degraded(classified.analysis_key)
         if degraded is not None:  # the mechanism could not honour this configuration: static

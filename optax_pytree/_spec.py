@@ -15,9 +15,11 @@ far, one per branch; each analysis makes one spec.
 from __future__ import annotations
 
 # pyright: strict, reportUnknownMemberType=false, reportUnknownVariableType=false, reportUnknownArgumentType=false, reportUnknownLambdaType=false, reportUnknownParameterType=false, reportMissingTypeStubs=false
+import contextlib
+import contextvars
 import dataclasses
 import functools
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping
 from typing import Any
 
 import jax
@@ -80,6 +82,15 @@ class Analysis:
     specializes a power by some constants (the backend's, ``_backends.specializes_exponent``:
     2.0, 3.0, 0.5 or -1.0 on the CPU), a leaf's cannot, so those values are not this
     analysis' (see :meth:`matches`)."""
+    nonzero: tuple[str, ...] = ()
+    """Scalar leaves verified at a nonzero value only: given zero, a factory may skip operations
+    in Python that a leaf would compute (optax's ``add_decayed_weights`` skips ``g + weight_decay
+    * p`` for the Python ``0.0``), so a zero is not this analysis' (see :meth:`matches`): it is
+    verified anew, and static there where the factory skips."""
+    at_zero: tuple[str, ...] = ()
+    """Of ``static_names``, those static only because they are zero here (the factory skips
+    operations in Python for a zero): a batch (``opx.grid``, ``opx.stack``) takes them as
+    leaves instead (:func:`batch_members`), the numbers the same."""
 
     @classmethod
     def of(
@@ -115,6 +126,10 @@ class Analysis:
         value matches it): static candidates, specialized exponents, guards."""
         return bool(self.static_names or self.exponents or self.guards)
 
+    def zero_in(self, values: Mapping[str, Any]) -> bool:
+        """Whether a leaf this analysis was verified nonzero for is zero in ``values``."""
+        return any(is_zero(values[n]) for n in self.nonzero)
+
     def check(self, env: Mapping[str, Any]) -> list[tuple[_expr.Key, bool, Any]]:
         """The guards whose outcome for ``env`` is not the recorded one (see ``_checks``)."""
         return self.checker.mismatches(env)
@@ -125,6 +140,12 @@ class Analysis:
         Python values are compared as the factory compared them; a batch of
         concrete values (a population) matches if every member does.
         """
+        if self.at_zero or self.nonzero:
+            if _BATCH.get():
+                if self.at_zero:
+                    return False  # a batch's members take a zero as a leaf
+            elif self.nonzero and self.zero_in(values):
+                return False
         if not self.decides:
             return True  # the common case
         if tuple(_static.freeze(value_as_static(values[n])) for n in self.static_names) != self.static_key:
@@ -142,6 +163,40 @@ class Analysis:
                 return None
             env = {n: np.asarray(v) for n, v in batch.items()}
         return not self.check(env)
+
+
+# Inside ``batch_members``: wrapped objects made for a batch.
+_BATCH: contextvars.ContextVar[bool] = contextvars.ContextVar("optax_pytree_batch", default=False)
+
+
+@contextlib.contextmanager
+def batch_members() -> Generator[None]:
+    """Objects made inside are members of a batch: a zero is a leaf, as any other value.
+
+    A zero the factory skips operations for is static in an object of its own
+    (the factory's numbers, bit for bit: ``Analysis.at_zero``). A batch whose
+    members hold zeros and other values (``opx.grid(..., weight_decay=[0.0,
+    1e-4])``) shares one program: there the zero is a leaf, and the program
+    computes the skipped term, ``g + 0.0 * p``, the same numbers up to how
+    XLA compiles them.
+    """
+    token = _BATCH.set(True)
+    try:
+        yield
+    finally:
+        _BATCH.reset(token)
+
+
+def in_batch() -> bool:
+    return _BATCH.get()
+
+
+def is_zero(x: Any) -> bool:
+    """Whether ``x`` is a scalar number equal to zero (a bool is not a number here)."""
+    value = value_as_given(x)
+    if value is None or isinstance(value, (bool, np.bool_)):
+        return False
+    return bool(value == 0)
 
 
 class Spec(ValueObject):

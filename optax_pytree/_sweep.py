@@ -31,10 +31,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _bind, _expr, _static
+from . import _bind, _expr, _spec, _static
 from ._bind import is_wrapped
 from ._paths import keystr, owns, parse, set_at, short, under
-from ._tree import name_of
+from ._tree import name_of, spec_of
 
 # --------------------------------------------------------------------------
 # Static differences, named.
@@ -96,6 +96,29 @@ def _guard_difference(a: Any, b: Any, path: str) -> str | None:
                 f"{gb.get(key, 'not compared')})"
             )
     return None
+
+
+def as_member(x: Any) -> Any:
+    """``x`` as a member of a batch: a wrapped object static at a zero only (the factory skips
+    operations for it: ``Analysis.at_zero``) made again with the zero a leaf, at any depth, so
+    that it shares one program with members of other values (``_spec.batch_members``)."""
+    if is_wrapped(x):
+        hyperparams = x.hyperparams
+        changes = {n: m for n, v in hyperparams.items() if (m := as_member(v)) is not v}
+        changes.update({n: hyperparams[n] for n in spec_of(x).analysis.at_zero})
+        if not changes:
+            return x
+        with _spec.batch_members():
+            return x.replace(**changes)
+    if isinstance(x, (list, tuple)):
+        items = [as_member(v) for v in x]
+        if all(a is b for a, b in zip(items, x)):
+            return x
+        return type(x)(*items) if hasattr(x, "_fields") else type(x)(items)
+    if type(x) is dict:
+        found = {k: as_member(v) for k, v in x.items()}
+        return x if all(found[k] is x[k] for k in x) else found
+    return x
 
 
 def _check_same_static(first: Any, other: Any, what: str, reference: str = "the first") -> None:
@@ -227,6 +250,8 @@ def stack(members: Iterable[Any]) -> Any:
                 "opx.grid(opx.wrap(optax.adam, learning_rate=1e-3), learning_rate=[...]) builds the "
                 "batch in one call"
             )
+    if len({jax.tree_util.tree_structure(m) for m in members}) > 1:
+        members = [as_member(m) for m in members]  # zeros static in some: leaves in all
     for i, member in enumerate(members[1:], 1):
         _check_same_static(members[0], member, f"stack: member {i}")
     for i, member in enumerate(members):
@@ -406,6 +431,7 @@ def grid(
         if under(a, b) or under(b, a):
             raise ValueError(f"optax_pytree.grid: axes {p!r} and {q!r} overlap")
 
+    tx = as_member(tx)  # a zero static in it: a leaf, as the batch's other values
     flat, treedef = jax.tree_util.tree_flatten_with_path(tx)
     leaf_paths = [jax.tree_util.keystr(p) for p, _ in flat]
     axis_values: list[list[Any]] = []
@@ -414,7 +440,8 @@ def grid(
         vals = [v.item() if isinstance(v, np.generic) else v for v in vals]
         if not vals:
             raise ValueError(f"optax_pytree.grid: axis {path!r} has no values")
-        members = [set_at(tx, parsed[path], v, path) for v in vals]
+        with _spec.batch_members():
+            members = [set_at(tx, parsed[path], v, path) for v in vals]
         for v, member in zip(vals, members):
             _check_same_static(tx, member, f"optax_pytree.grid: the member with {path}={v!r}", "tx")
         positions = [

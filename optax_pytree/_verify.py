@@ -236,11 +236,20 @@ _APPROXIMATE = frozenset(
 )
 
 
+# The arithmetic whose counts a term skipped in Python changes (``approximate_ops``' ``every``);
+# not ``select_n``, which the wrapped build adds itself (a guard's check, ``_guard``).
+_ARITHMETIC = frozenset(
+    "add sub mul div neg max min abs sign sqrt rsqrt pow integer_pow exp exp2 log log1p expm1 tanh "
+    "logistic dot_general".split()
+)
+
 # The key of ``approximate_ops`` for the powers whose exponent is a constant XLA specializes.
 SPECIALIZED_POW = "pow by a specialized constant"
 
 
-def approximate_ops(closed: ClosedJaxpr, params: Any = None) -> dict[str, Any]:
+def approximate_ops(
+    closed: ClosedJaxpr, params: Any = None, every: dict[str, int] | None = None
+) -> dict[str, Any]:
     """How many of each not-correctly-rounded primitive a jaxpr has (sub-jaxprs included).
 
     ``params``: the data both programs share (parameters, a schedule's step
@@ -253,6 +262,12 @@ def approximate_ops(closed: ClosedJaxpr, params: Any = None) -> dict[str, Any]:
     backend unrolls a loop of a constant trip count
     (``_backends.unrolls_constant_loops``), its loops: plain optax's
     ``scan`` is a leaf's ``while`` (the trip count is then static).
+
+    ``every``, where given, gets the count of each arithmetic primitive that
+    computes with the data (not from hyperparameters alone), by name: what a
+    factory skipped in Python for a zero is missing there
+    (``SKIPPED_AT_ZERO``). Arithmetic only: a loop of a leaf's trip count is
+    a ``while`` with a comparison, plain optax's a ``scan``.
     """
     counts: dict[str, Any] = {}
     exponents: list[bool] = []
@@ -270,6 +285,8 @@ def approximate_ops(closed: ClosedJaxpr, params: Any = None) -> dict[str, Any]:
             if alone:
                 derived.update(map(id, eqn.outvars))
                 continue
+            if every is not None and eqn.primitive.name in _ARITHMETIC:
+                every[eqn.primitive.name] = every.get(eqn.primitive.name, 0) + 1
             if eqn.primitive.name in _APPROXIMATE or eqn.primitive.name in loops:
                 counts[eqn.primitive.name] = counts.get(eqn.primitive.name, 0) + 1
             if eqn.primitive.name == "pow":
@@ -403,20 +420,75 @@ class Difference(NamedTuple):
 
     kind: Differs  # what the pipeline branches on
     detail: str  # what differs, in words: for messages only, never compared
+    names: tuple[str, ...] = ()  # SKIPPED_AT_ZERO: the zeros the factory skips operations for
 
     def __str__(self) -> str:
         return self.detail
 
 
+def _more(counts: dict[str, int], reference: dict[str, int]) -> dict[str, int]:
+    """What ``counts`` has more of than ``reference``, where it has nothing less (else nothing)."""
+    if any(counts.get(k, 0) < n for k, n in reference.items()):
+        return {}
+    return {k: n - reference.get(k, 0) for k, n in counts.items() if n > reference.get(k, 0)}
+
+
+def _nonzero(value: Any) -> Any:
+    """A nonzero value of the kind of ``value`` (a zero)."""
+    return type(value)(1) if isinstance(value, (int, np.integer)) else type(value)(0.25)
+
+
+def _arithmetic(
+    info: _bind.FactoryInfo, values: dict[str, Any], run: Callable[[Any], Any], data: Any
+) -> dict[str, int]:
+    """The factory's own program with ``values``: its arithmetic on the data (``approximate_ops``'
+    ``every``); none where it fails."""
+    every: dict[str, int] = {}
+    try:
+        approximate_ops(jax.make_jaxpr(lambda: run(call_reference(info, values)))(), data, every)
+    except Exception:  # noqa: BLE001 - another branch that fails: nothing to learn from it
+        return {}
+    return every
+
+
+def zero_leaves(spec: _spec.Spec, base: dict[str, Any]) -> tuple[str, ...]:
+    """The dynamic scalar arguments whose value is zero (``_spec.is_zero``); none for a batch's
+    member (``_spec.batch_members``: there a zero is a leaf)."""
+    if _spec.in_batch():
+        return ()
+    return tuple(n for n in spec.dynamic_names if n in base and _spec.is_zero(base[n]))
+
+
+def _nonzero_leaves(spec: _spec.Spec, base: dict[str, Any]) -> tuple[str, ...]:
+    """The dynamic scalar arguments verified at a nonzero value (a batch's member: not verified
+    at a zero, whatever its value)."""
+    batch = _spec.in_batch()
+    return tuple(
+        n
+        for n in spec.dynamic_names
+        if n in base and _leaves.value_as_given(base[n]) is not None and (batch or not _spec.is_zero(base[n]))
+    )
+
+
 def compare(
-    info: _bind.FactoryInfo, classified: Classified, base: dict[str, Any], analysis: Analysis
+    info: _bind.FactoryInfo,
+    classified: Classified,
+    base: dict[str, Any],
+    analysis: Analysis,
+    zeros: bool = True,
 ) -> Difference | Analysis:
     """The wrapped build (leaves traced) against the factory with the Python values, bit for bit.
 
     Returns the analysis verified, as a new record with what the comparison
-    learned (``exponents``), or how they differ. The object carries the host
+    learned (``exponents``, ``nonzero``), or how they differ. The object carries the host
     values of the expressions optax computes in Python (see
     ``_guard.Guarded.exact``), so its numbers are exactly the factory's.
+
+    ``zeros``: where a leaf is zero, whether the wrapped program must also
+    have the factory's operations, no more (a term the factory skips in
+    Python for a zero, ``isinstance(weight_decay, (int, float)) and
+    weight_decay == 0.0``, which a leaf cannot answer so: it computes ``g +
+    0.0 * p``, the same number, which XLA compiles otherwise).
     """
     if analysis.level is Level.BUILD:
         return analysis  # nothing to run (the probe could not run init or a schedule)
@@ -438,9 +510,11 @@ def compare(
             Differs.ONLY_WRAPPED_RUNS,
             f"the factory fails with the Python values ({type(reference).__name__}) but not wrapped",
         )
+    every: dict[str, int] = {}
+    reference_every: dict[str, int] = {}
     ops, reference_ops = (
-        approximate_ops(jaxpr, (params, counts)),
-        approximate_ops(reference_jaxpr, (params, counts)),
+        approximate_ops(jaxpr, (params, counts), every),
+        approximate_ops(reference_jaxpr, (params, counts), reference_every),
     )
     if ops != reference_ops:
         others, reference_others = (
@@ -455,11 +529,28 @@ def compare(
         return Difference(
             Differs.OPERATIONS, f"it computes with {ops} where the factory computes with {reference_ops}"
         )
+    if zeros and (zero := zero_leaves(spec, base)) and _more(every, reference_every):
+        # The factory's own program, each zero alone made nonzero, says which it skips for.
+        skipped = tuple(
+            n
+            for n in zero
+            if _more(
+                _arithmetic(info, {**base, n: _nonzero(base[n])}, run, (params, counts)), reference_every
+            )
+        )
+        if skipped:
+            return Difference(
+                Differs.SKIPPED_AT_ZERO,
+                f"given {_bind.which(skipped)} as zero, the factory skips operations in Python that "
+                f"it computes ({_more(every, reference_every)})",
+                skipped,
+            )
     found = where_differs(reference, got, exact=True)
     if found is not None:
         return Difference(Differs.NUMBERS, found)
     return dataclasses.replace(
         analysis,
+        nonzero=_nonzero_leaves(spec, base),
         exponents=_exponent_names(spec, leaves, exponent_inputs(jaxpr)),
         folds=learned_folds(spec, leaves, exact, run),
     )
@@ -568,27 +659,40 @@ def verify(
     configuration starts with them).
     """
     fixed = always = static
+    at_zero: tuple[str, ...] = ()
     analysis = analyse(fixed)
+    zeros = True
     while True:
-        found = compare(info, classified, base, analysis)
+        found = compare(info, classified, base, analysis, zeros)
         if isinstance(found, Analysis):
+            if at_zero:
+                found = dataclasses.replace(found, at_zero=at_zero)
             return Verdict(found, None, always)
         order = [n for n in classified.candidates if n not in analysis.static_names]
+        if found.kind is Differs.SKIPPED_AT_ZERO:
+            order = [n for n in order if n in found.names]
         # Bisection: the shortest prefix of ``order`` that, made static, removes the difference.
         lo, hi = 0, len(order)
         last = analyse((*fixed, *order)) if order else analysis
-        if not order or not isinstance(compare(info, classified, base, last), Analysis):
+        if not order or not isinstance(compare(info, classified, base, last, zeros), Analysis):
+            if found.kind is Differs.SKIPPED_AT_ZERO:
+                # No zero, static, removes it: not a term skipped for a zero. Compared as before.
+                zeros = False
+                continue
             return Verdict(last, found, always)
         while hi - lo > 1:
             mid = (lo + hi) // 2
             trial = analyse((*fixed, *order[:mid]))
-            if isinstance(compare(info, classified, base, trial), Analysis):
+            if isinstance(compare(info, classified, base, trial, zeros), Analysis):
                 hi, last = mid, trial
             else:
                 lo = mid
         fixed = (*fixed, order[hi - 1])
-        if found.kind is not Differs.SPECIALIZED_EXPONENT:
+        if found.kind is Differs.SKIPPED_AT_ZERO:
+            at_zero = (*at_zero, order[hi - 1])
+        if found.kind not in (Differs.SPECIALIZED_EXPONENT, Differs.SKIPPED_AT_ZERO):
             # Static for every value. A specialized exponent is static at its
-            # value only (``Analysis.exponents``).
+            # value only (``Analysis.exponents``), and so is a zero a factory
+            # skips operations for (``Analysis.nonzero``).
             always = (*always, order[hi - 1])
         analysis = analyse(fixed) if hi > 1 else last

@@ -95,6 +95,9 @@ class Differs(enum.Enum):
     ONLY_WRAPPED_RUNS = enum.auto()  # the factory raises with the Python values, the wrapped build runs
     SPECIALIZED_EXPONENT = enum.auto()  # a leaf is a power's exponent plain optax has as 2.0, 0.5, ...
     OPERATIONS = enum.auto()  # other not-correctly-rounded operations (exp, pow, ...)
+    # Given a zero, the factory skips operations in Python that a leaf computes (optax's
+    # ``isinstance(weight_decay, (int, float)) and weight_decay == 0.0``): static at zero only.
+    SKIPPED_AT_ZERO = enum.auto()
     NUMBERS = enum.auto()  # another structure, dtype, shape or value
 
 

@@ -87,28 +87,19 @@ def _skip(name: str) -> None:
 # bit, and is bit for bit with FMA contraction and the algebraic simplifier
 # off (test_jit_exceptions_are_xla_constant_rewrites). Eagerly, all are exact
 # but scale_by_novograd, whose update is a ``lax.cond``: compiled even eagerly.
-_WEIGHT_DECAY = (
-    "optax skips `g + weight_decay * p` in Python when weight_decay is the Python 0.0 "
-    "(isinstance(weight_decay, (int, float))), which a leaf is not; without the term XLA "
-    "{} differently (bit for bit with a nonzero weight_decay)"
-)
 _FMA = "XLA contracts a different multiply-add into an FMA around the constant hyperparameters"
 _ALGSIMP = "XLA's algebraic simplifier reassociates products around the constant hyperparameters"
 NOT_BIT_FOR_BIT_UNDER_JIT_ON_CPU: dict[str, str] = {
     "optax.MultiSteps": "XLA folds the inner learning rate into the emit mask (select(emit, -lr, 0)) "
     "and contracts it into an FMA",
-    "optax.adadelta": _WEIGHT_DECAY.format("reassociates the squared gradient's constant factor"),
-    "optax.adan": _WEIGHT_DECAY.format("contracts multiply-adds"),
-    "optax.add_decayed_weights": _WEIGHT_DECAY.format("contracts p + g into one FMA"),
+    "optax.adan": _FMA + " (its scale_by_adan's)",
     "optax.chain": _FMA + " (clip_by_global_norm's 1.0 folded into adam's second moment)",
     "optax.scale_by_adan": _FMA,
     "optax.scale_by_novograd": "its update is a lax.cond, compiled (eagerly too) with plain optax's "
     "hyperparameters as constants: " + _FMA + " and " + _ALGSIMP,
-    "optax.contrib.cocob": _WEIGHT_DECAY.format("contracts multiply-adds"),
-    "optax.contrib.madgrad": _WEIGHT_DECAY.format("reassociates the squared gradient's constant factor"),
-    "optax.contrib.muon": _WEIGHT_DECAY.format("contracts multiply-adds"),
     "optax.optimistic_adam_v2": _FMA + " on an AVX2 CPU (AMD EPYC; bit for bit on the CPU the list was "
     "first measured on: which multiply-adds XLA contracts depends on the instruction set)",
+    "optax.contrib.cocob": _FMA + " (its scale_by_cocob's cumulative gradients)",
     "optax.contrib.scale_by_acprop": _FMA,
     "optax.contrib.schedule_free": _ALGSIMP,
     "optax.contrib.schedule_free_adamw": _ALGSIMP,
@@ -118,7 +109,7 @@ NOT_BIT_FOR_BIT_UNDER_JIT_ON_CPU: dict[str, str] = {
 
 
 # Measured on a TPU v5e (jax 0.10.2; benchmarks/constants_probe.py, docs/guide/numerics.md):
-# 8 of the 141, against the CPU's 16, each in the last bits after six steps (at most 1.7e-6
+# 7 of the 141, against the CPU's 12, each in the last bits after six steps (at most 1.7e-6
 # relative). The ALGSIMP ones are bit for bit with XLA's algebraic simplifier off
 # (--xla_disable_hlo_passes=algsimp, on the TPU), and no single operation of theirs differs
 # with its hyperparameters constants (the probe, op by op): a rewrite across operations.
@@ -128,10 +119,10 @@ _TPU_POWER = (
     "and the verification, whose state starts at constants, does not see that the exponent is data's"
 )
 NOT_BIT_FOR_BIT_UNDER_JIT_ON_TPU: dict[str, str] = {
-    "optax.adadelta": _WEIGHT_DECAY.format("rewrites the squared gradient's products") + "; " + _TPU_ALGSIMP,
-    "optax.contrib.madgrad": _WEIGHT_DECAY.format("rewrites the squared gradient's products")
-    + "; "
-    + _TPU_ALGSIMP,
+    # Before the weight decay's Python 0.0 was static at zero (2026-12-07), also that skip; with
+    # it, measured on the chip (testing guide).
+    "optax.adadelta": _TPU_ALGSIMP,
+    "optax.contrib.madgrad": _TPU_ALGSIMP,
     "optax.contrib.schedule_free": _TPU_POWER,
     "optax.contrib.schedule_free_adamw": _TPU_POWER,
     "optax.contrib.schedule_free_sgd": _TPU_ALGSIMP,
@@ -141,18 +132,6 @@ NOT_BIT_FOR_BIT_UNDER_JIT_ON_TPU: dict[str, str] = {
     # optax's, computed on the device in the wrapped one). To measure again on the chip.
     "optax.cosine_onecycle_schedule": _TPU_ALGSIMP,
     "optax.linear_onecycle_schedule": _TPU_ALGSIMP,
-    # Found by the 3x4 matrix (2026-12-07). First thought to be ns_steps, the Newton-Schulz loop's
-    # trip count, which XLA unrolls where it is plain optax's constant 5 and keeps as a loop where
-    # it is a leaf: where the backend unrolls, the verification now makes such a trip count static
-    # (plain optax's 15 dots in 39 fusions, compiled for the TPU without the chip). On the chip
-    # with ns_steps static it still differs, as before: 1 of 12 elements, 7.4e-8 relative. Taken
-    # apart there (each leaf alone dynamic, and each alone static): weight_decay is the cause,
-    # every other leaf alone dynamic is bit for bit, and with weight_decay static so is the whole.
-    # inject_hyperparams(muon) differs on the same run by 1.3e-2 relative in all 12 elements.
-    "optax.contrib.muon": "optax skips `g + weight_decay * p` in Python when weight_decay is the Python "
-    "0.0 (muon's default), which a leaf is not; with the term the TPU compiles the update's last "
-    "fusion otherwise (on the chip: weight_decay alone dynamic differs, static is bit for bit; a "
-    "nonzero weight_decay not measured there)",
 }
 
 NOT_BIT_FOR_BIT_UNDER_JIT = {
@@ -275,8 +254,11 @@ def _detected(tree: Any, out: dict[str, list[str]]) -> None:
     for node in [tree, *(n for n in nodes if is_wrapped(n))]:
         if not is_wrapped(node):
             continue
-        name = node._core.spec.info.name
-        out["static"].extend(f"{name}.{a}" for a in node.detected_static_argnames)
+        name, at_zero = node._core.spec.info.name, node._core.spec.analysis.at_zero
+        for a in at_zero:  # static at zero only: the factory skips operations for a zero
+            assert node.hyperparams[a] == 0, (name, a, node.hyperparams[a])
+        out["at zero"].extend(f"{name}.{a}" for a in at_zero)
+        out["static"].extend(f"{name}.{a}" for a in node.detected_static_argnames if a not in at_zero)
         out["guarded"].extend(f"{name}.{a}" for a in node.guarded_argnames)
         if node is not tree:
             _detected(node, out)
@@ -306,12 +288,19 @@ def test_only_what_needs_a_python_value_is_static(whole: bool) -> None:
     takes 20 s). Printed with ``pytest -s`` for the record.
     """
     owners = {g.rsplit(".", 1)[0] for g in GUARDED}
-    found: dict[str, list[str]] = {"static": [], "guarded": []}
+    found: dict[str, list[str]] = {"static": [], "guarded": [], "at zero": []}
     for name, factory, _ in CATALOGUE:
         if whole or name in SLICE or name in owners:
             _detected(call(name, factory, wrapped), found)
     static, guarded = sorted(set(found["static"])), sorted(set(found["guarded"]))
-    print(f"\n{len(static)} detected static: {static}\n{len(guarded)} guarded: {guarded}")
+    at_zero = sorted(set(found["at zero"]))
+    print(
+        f"\n{len(static)} detected static: {static}\n{len(guarded)} guarded: {guarded}"
+        f"\n{len(at_zero)} static at zero only: {at_zero}"
+    )
+    # Static at zero only where optax skips a term in Python for the Python 0.0
+    # (``isinstance(weight_decay, (int, float)) and weight_decay == 0.0``).
+    assert all(a.rsplit(".", 1)[1].endswith("weight_decay") for a in at_zero), at_zero
     # Needed as Python values: allocation sizes, dict keys, int(), isinstance.
     allowed = {
         "optax.MultiSteps.every_k_schedule",  # isinstance(every_k_schedule, int)

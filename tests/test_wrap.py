@@ -411,7 +411,8 @@ DETECTED = [
         ("sync_period",),
     ),
     *(
-        [(lambda: opx.wrap(optax.contrib.galore, 0.1), ("rank",), ())]
+        # weight_decay: static at its default 0.0 only, for which optax skips its term in Python
+        [(lambda: opx.wrap(optax.contrib.galore, 0.1), ("rank", "weight_decay"), ())]
         if hasattr(optax.contrib, "galore")
         else []
     ),
