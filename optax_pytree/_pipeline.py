@@ -438,7 +438,8 @@ def _warn_static_numbers(info: FactoryInfo, analysis: Analysis, base: dict[str, 
     names, key, values = before
     if names != analysis.static_names or key == analysis.static_key:
         return
-    found = [(n, a, b) for n, a, b in zip(names, values, shown) if type(a) is not type(b) or a != b]
+    # By type and text too: 0 and 0.0, -0.0 and 0.0 are other static values (other programs).
+    found = [(n, a, b) for n, a, b in zip(names, values, shown) if (type(a), repr(a)) != (type(b), repr(b))]
     _recompiled.warn(
         where,
         f"optax_pytree: {info.name}: {_bind.which(tuple(n for n, _, _ in found))} is static (the "

@@ -669,12 +669,14 @@ def verify(
                 found = dataclasses.replace(found, at_zero=at_zero)
             return Verdict(found, None, always)
         order = [n for n in classified.candidates if n not in analysis.static_names]
-        if found.kind is Differs.SKIPPED_AT_ZERO:
+        # Another difference is bisected with the zeros' check off (its zeros are found next).
+        check = zeros and found.kind is Differs.SKIPPED_AT_ZERO
+        if check:
             order = [n for n in order if n in found.names]
         # Bisection: the shortest prefix of ``order`` that, made static, removes the difference.
         lo, hi = 0, len(order)
         last = analyse((*fixed, *order)) if order else analysis
-        if not order or not isinstance(compare(info, classified, base, last, zeros), Analysis):
+        if not order or not isinstance(compare(info, classified, base, last, check), Analysis):
             if found.kind is Differs.SKIPPED_AT_ZERO:
                 # No zero, static, removes it: not a term skipped for a zero. Compared as before.
                 zeros = False
@@ -683,7 +685,7 @@ def verify(
         while hi - lo > 1:
             mid = (lo + hi) // 2
             trial = analyse((*fixed, *order[:mid]))
-            if isinstance(compare(info, classified, base, trial, zeros), Analysis):
+            if isinstance(compare(info, classified, base, trial, check), Analysis):
                 hi, last = mid, trial
             else:
                 lo = mid

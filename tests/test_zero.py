@@ -13,15 +13,17 @@ value a leaf.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import optax
+import pytest
 from helpers import assert_jit_bit_for_bit, assert_tree_allclose, counting_jit
 
 import optax_pytree as opx
-from optax_pytree import _caches
+from optax_pytree import _backends, _caches
 
 PARAMS = {"w": jnp.linspace(-1.0, 1.0, 12).reshape(3, 4), "b": jnp.linspace(0.5, -0.5, 3)}
 
@@ -101,3 +103,22 @@ def test_a_batch_takes_the_zero_as_a_leaf() -> None:
             got = jax.tree.map(lambda x, i=i: x[i], out)
             assert_tree_allclose(got, plain(optax.adamw(1e-3, **point)), rtol=1e-6, atol=1e-7)
     assert traces == [1]
+
+
+def test_found_with_another_difference_the_zero_is_still_static_at_zero_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Where the backend unrolls a loop of a constant trip count (a TPU), muon's ns_steps differs
+    # too (static for every value, ``test_backends``): that bisection does not take the zeros
+    # along, which are found next, static at zero only.
+    _caches.clear_caches()
+    monkeypatch.setitem(
+        _backends.TABLE, "cpu", dataclasses.replace(_backends.CPU, unrolls_constant_loops=True)
+    )
+    try:
+        tx = opx.wrap(optax.contrib.muon, 1e-3)
+        assert set(tx.detected_static_argnames) == {"ns_steps", "weight_decay", "adam_weight_decay"}
+        assert set(tx._core.spec.analysis.at_zero) == {"weight_decay", "adam_weight_decay"}
+        assert "weight_decay" in opx.wrap(optax.contrib.muon, 1e-3, weight_decay=1e-4).dynamic_argnames
+    finally:
+        _caches.clear_caches()
