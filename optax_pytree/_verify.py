@@ -530,12 +530,21 @@ def compare(
             Differs.OPERATIONS, f"it computes with {ops} where the factory computes with {reference_ops}"
         )
     if zeros and (zero := zero_leaves(spec, base)) and _more(every, reference_every):
-        # The factory's own program, each zero alone made nonzero, says which it skips for.
-        skipped = tuple(
-            n
-            for n in zero
-            if _more(
-                _arithmetic(info, {**base, n: _nonzero(base[n])}, run, (params, counts)), reference_every
+        # The factory's own program, each zero alone made nonzero, says which it skips for (all
+        # of them made nonzero first: where it computes no more so, none).
+        everywhere = {**base, **{n: _nonzero(base[n]) for n in zero}}
+        more = _more(_arithmetic(info, everywhere, run, (params, counts)), reference_every)
+        skipped = (
+            ()
+            if not more
+            else zero
+            if len(zero) == 1
+            else tuple(
+                n
+                for n in zero
+                if _more(
+                    _arithmetic(info, {**base, n: _nonzero(base[n])}, run, (params, counts)), reference_every
+                )
             )
         )
         if skipped:
@@ -661,40 +670,36 @@ def verify(
     fixed = always = static
     at_zero: tuple[str, ...] = ()
     analysis = analyse(fixed)
-    zeros = True
     while True:
-        found = compare(info, classified, base, analysis, zeros)
+        found = compare(info, classified, base, analysis)
         if isinstance(found, Analysis):
             if at_zero:
                 found = dataclasses.replace(found, at_zero=at_zero)
             return Verdict(found, None, always)
+        if found.kind is Differs.SKIPPED_AT_ZERO:
+            # The zeros the factory's own program skips operations for (``compare``): static at
+            # zero only, with no bisection.
+            fixed, at_zero = (*fixed, *found.names), (*at_zero, *found.names)
+            analysis = analyse(fixed)
+            continue
         order = [n for n in classified.candidates if n not in analysis.static_names]
-        # Another difference is bisected with the zeros' check off (its zeros are found next).
-        check = zeros and found.kind is Differs.SKIPPED_AT_ZERO
-        if check:
-            order = [n for n in order if n in found.names]
         # Bisection: the shortest prefix of ``order`` that, made static, removes the difference.
         lo, hi = 0, len(order)
         last = analyse((*fixed, *order)) if order else analysis
-        if not order or not isinstance(compare(info, classified, base, last, check), Analysis):
-            if found.kind is Differs.SKIPPED_AT_ZERO:
-                # No zero, static, removes it: not a term skipped for a zero. Compared as before.
-                zeros = False
-                continue
+        # Another difference is bisected with the zeros' check off (its zeros are found next).
+        if not order or not isinstance(compare(info, classified, base, last, zeros=False), Analysis):
             return Verdict(last, found, always)
         while hi - lo > 1:
             mid = (lo + hi) // 2
             trial = analyse((*fixed, *order[:mid]))
-            if isinstance(compare(info, classified, base, trial, check), Analysis):
+            if isinstance(compare(info, classified, base, trial, zeros=False), Analysis):
                 hi, last = mid, trial
             else:
                 lo = mid
         fixed = (*fixed, order[hi - 1])
-        if found.kind is Differs.SKIPPED_AT_ZERO:
-            at_zero = (*at_zero, order[hi - 1])
-        if found.kind not in (Differs.SPECIALIZED_EXPONENT, Differs.SKIPPED_AT_ZERO):
+        if found.kind is not Differs.SPECIALIZED_EXPONENT:
             # Static for every value. A specialized exponent is static at its
-            # value only (``Analysis.exponents``), and so is a zero a factory
-            # skips operations for (``Analysis.nonzero``).
+            # value only (``Analysis.exponents``), as a zero a factory skips
+            # operations for is (``Analysis.at_zero``).
             always = (*always, order[hi - 1])
         analysis = analyse(fixed) if hi > 1 else last
