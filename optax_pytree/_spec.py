@@ -134,13 +134,13 @@ class Analysis:
         """The guards whose outcome for ``env`` is not the recorded one (see ``_checks``)."""
         return self.checker.mismatches(env)
 
-    def matches(self, values: Mapping[str, Any]) -> bool | None:
+    def matches(self, values: Mapping[str, Any], zeros: bool = True) -> bool | None:
         """Whether these values take this analysis' branches (None: cannot tell, traced).
 
         Python values are compared as the factory compared them; a batch of
         concrete values (a population) matches if every member does.
         """
-        if self.at_zero or self.nonzero:
+        if zeros and (self.at_zero or self.nonzero):
             if _BATCH.get():
                 if self.at_zero:
                     return False  # a batch's members take a zero as a leaf

@@ -122,3 +122,14 @@ def test_found_with_another_difference_the_zero_is_still_static_at_zero_only(
         assert "weight_decay" in opx.wrap(optax.contrib.muon, 1e-3, weight_decay=1e-4).dynamic_argnames
     finally:
         _caches.clear_caches()
+
+
+def test_a_value_traced_inside_jit_keeps_the_branches_of_the_object_it_replaces() -> None:
+    # An equal configuration verified at a nonzero init_value first: the object made at 0.0 may
+    # hold that analysis (specs are interned by key); replace inside jit keeps its branches.
+    _caches.clear_caches()
+    opx.wrap(optax.warmup_cosine_decay_schedule, 1e-4, 1e-3, 10, 1000)
+    schedule = opx.wrap(optax.warmup_cosine_decay_schedule, 0.0, 1e-3, 10, 1000)
+    value = jax.jit(lambda peak: schedule.replace(peak_value=peak)(5))(jnp.float32(2e-3))
+    # Computed from the traced peak in float32 (no host value exists): to round-off.
+    assert_tree_allclose(value, optax.warmup_cosine_decay_schedule(0.0, 2e-3, 10, 1000)(5), rtol=1e-6)
