@@ -137,14 +137,18 @@ class Analysis:
     def matches(self, values: Mapping[str, Any], zeros: bool = True) -> bool | None:
         """Whether these values take this analysis' branches (None: cannot tell, traced).
 
+        ``zeros``: whether a zero where it was verified nonzero is another
+        branch (``nonzero``); not for an object's own analysis, which its spec
+        may share with an equal one verified at other values.
+
         Python values are compared as the factory compared them; a batch of
         concrete values (a population) matches if every member does.
         """
-        if zeros and (self.at_zero or self.nonzero):
+        if self.at_zero or self.nonzero:
             if _BATCH.get():
                 if self.at_zero:
                     return False  # a batch's members take a zero as a leaf
-            elif self.nonzero and self.zero_in(values):
+            elif zeros and self.nonzero and self.zero_in(values):
                 return False
         if not self.decides:
             return True  # the common case

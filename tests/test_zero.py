@@ -90,8 +90,11 @@ def test_a_users_factory_is_verified_so_too() -> None:
 
 
 def test_a_batch_takes_the_zero_as_a_leaf() -> None:
-    # grid from an object whose zero is static, stack of members of both kinds: one program.
+    # grid from an object whose zero is static, stack of members of both kinds: one program,
+    # each from nothing analysed (the zero's analysis the only one of the configuration).
+    _caches.clear_caches()
     batch, points = opx.grid(opx.wrap(optax.adamw, 1e-3, weight_decay=0.0), weight_decay=[0.0, 1e-4])
+    _caches.clear_caches()
     stacked = opx.stack([opx.wrap(optax.adamw, 1e-3, weight_decay=wd) for wd in (0.0, 1e-4)])
     assert jax.tree.structure(batch) == jax.tree.structure(stacked)
     assert "weight_decay" in batch.dynamic_argnames
