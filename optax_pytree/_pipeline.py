@@ -267,10 +267,10 @@ def _find_analysis(
     if previous is not None and previous.config_key == classified.key:
         # Traced values (replace inside jit) cannot be matched: they keep the
         # branches of the object they replace, checked where it is used. Not its
-        # zeros: the object's spec may hold an equal analysis verified at other
-        # values (specs are interned by key), and a zero a factory skips
+        # zeros there: the object's spec may hold an equal analysis verified at
+        # other values (specs are interned by key), and a zero a factory skips
         # operations for is a static value, in the key.
-        if previous.analysis.matches(values, zeros=False) is not False:
+        if previous.analysis.matches(values, zeros=not _traced(classified)) is not False:
             return previous.analysis
     # Analysed by an earlier process, with the same code (``_disk``).
     probed = bool(classified.candidates) and kind is not None and not _traced(classified)
