@@ -687,12 +687,12 @@ def verify(
         lo, hi = 0, len(order)
         last = analyse((*fixed, *order)) if order else analysis
         # Another difference is bisected with the zeros' check off (its zeros are found next).
-        if not order or not isinstance(compare(info, classified, base, last, zeros=False), Analysis):
+        if not order or not isinstance(compare(info, classified, base, last, False), Analysis):
             return Verdict(last, found, always)
         while hi - lo > 1:
             mid = (lo + hi) // 2
             trial = analyse((*fixed, *order[:mid]))
-            if isinstance(compare(info, classified, base, trial, zeros=False), Analysis):
+            if isinstance(compare(info, classified, base, trial, False), Analysis):
                 hi, last = mid, trial
             else:
                 lo = mid

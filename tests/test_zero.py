@@ -60,6 +60,8 @@ def test_a_zero_the_factory_skips_for_is_static_there_only_whichever_comes_first
     zero = opx.wrap(optax.adamw, 1e-3, weight_decay=0.0)
     assert "weight_decay" in nonzero.dynamic_argnames
     assert zero.detected_static_argnames == ("weight_decay",)
+    assert nonzero.replace(weight_decay=0.0).detected_static_argnames == ("weight_decay",)
+    assert "weight_decay" in zero.replace(weight_decay=1e-3).dynamic_argnames
     # A zero the factory computes with stays a leaf: adam's eps_root (0.0 here too).
     assert "eps_root" in zero.dynamic_argnames and "eps_root" in nonzero.dynamic_argnames
     _caches.clear_caches()
