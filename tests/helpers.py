@@ -568,3 +568,15 @@ def first_float_leaf(tree: Any) -> tuple[Any, Any] | None:
 
 def scale_leaf(tree: Any, path: Any, factor: float) -> Any:
     return jax.tree_util.tree_map_with_path(lambda p, x: x * factor if p == path else x, tree)
+
+
+def _optax_skips_a_zero_weight_decay() -> bool:
+    """Whether this optax's ``add_decayed_weights`` skips its term for the Python ``0.0`` (its
+    update then computes nothing: newer optax; 0.2.5, the floor, computes ``g + 0.0 * p``)."""
+    tx = optax.add_decayed_weights(0.0)
+    p = jnp.ones(2)
+    return not jax.make_jaxpr(lambda g: tx.update(g, tx.init(p), p)[0])(p).eqns
+
+
+# A zero weight decay is static at zero only where optax skips its term (tests/test_zero.py).
+OPTAX_SKIPS_A_ZERO_WEIGHT_DECAY = _optax_skips_a_zero_weight_decay()

@@ -20,10 +20,19 @@ import jax
 import jax.numpy as jnp
 import optax
 import pytest
-from helpers import assert_jit_bit_for_bit, assert_tree_allclose, counting_jit, version
+from helpers import (
+    OPTAX_SKIPS_A_ZERO_WEIGHT_DECAY,
+    assert_jit_bit_for_bit,
+    assert_tree_allclose,
+    counting_jit,
+    version,
+)
 
 import optax_pytree as opx
 from optax_pytree import _backends, _caches
+
+# optax 0.2.5 (the floor) computes g + 0.0 * p: nothing skipped, nothing static.
+ZERO_STATIC = ("weight_decay",) if OPTAX_SKIPS_A_ZERO_WEIGHT_DECAY else ()
 
 PARAMS = {"w": jnp.linspace(-1.0, 1.0, 12).reshape(3, 4), "b": jnp.linspace(0.5, -0.5, 3)}
 
@@ -59,17 +68,18 @@ def test_a_zero_the_factory_skips_for_is_static_there_only_whichever_comes_first
     nonzero = opx.wrap(optax.adamw, 1e-3, weight_decay=1e-4)  # analysed first: a leaf
     zero = opx.wrap(optax.adamw, 1e-3, weight_decay=0.0)
     assert "weight_decay" in nonzero.dynamic_argnames
-    assert zero.detected_static_argnames == ("weight_decay",)
-    assert nonzero.replace(weight_decay=0.0).detected_static_argnames == ("weight_decay",)
+    assert zero.detected_static_argnames == ZERO_STATIC
+    assert nonzero.replace(weight_decay=0.0).detected_static_argnames == ZERO_STATIC
     assert "weight_decay" in zero.replace(weight_decay=1e-3).dynamic_argnames
     # A zero the factory computes with stays a leaf: adam's eps_root (0.0 here too).
     assert "eps_root" in zero.dynamic_argnames and "eps_root" in nonzero.dynamic_argnames
     _caches.clear_caches()
     zero = opx.wrap(optax.adamw, 1e-3, weight_decay=0.0)  # analysed first: static
     nonzero = opx.wrap(optax.adamw, 1e-3, weight_decay=1e-4)
-    assert zero.detected_static_argnames == ("weight_decay",)
+    assert zero.detected_static_argnames == ZERO_STATIC
     assert "weight_decay" in nonzero.dynamic_argnames
-    assert "static at zero only" in str(opx.explain(zero, nonzero))
+    if ZERO_STATIC:
+        assert "static at zero only" in str(opx.explain(zero, nonzero))
 
 
 def test_each_value_is_plain_optax_bit_for_bit_the_zero_one_more_compilation() -> None:
@@ -79,7 +89,7 @@ def test_each_value_is_plain_optax_bit_for_bit_the_zero_one_more_compilation() -
             run(opx.wrap(optax.adamw, 1e-3, weight_decay=wd), PARAMS),
             plain(optax.adamw(1e-3, weight_decay=wd)),
         )
-    assert traces == [2]
+    assert traces == [2 if ZERO_STATIC else 1]
 
 
 def test_a_users_factory_is_verified_so_too() -> None:
@@ -116,6 +126,8 @@ def test_found_with_another_difference_the_zero_is_still_static_at_zero_only(
     # Where the backend unrolls a loop of a constant trip count (a TPU), muon's ns_steps differs
     # too (static for every value, ``test_backends``): that bisection does not take the zeros
     # along, which are found next, static at zero only.
+    if not ZERO_STATIC:
+        pytest.skip("this optax computes g + 0.0 * p for a zero weight decay: nothing to find")
     if version(jax) >= (0, 12):
         pytest.skip(
             "jax 0.12: the verification cannot run muon's own program with its loop with the Python "
