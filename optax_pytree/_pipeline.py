@@ -465,12 +465,7 @@ def _make(
     # A configuration made before whose analysis nothing of the values
     # decides (no guards, no static candidates): its spec, found at once.
     spec = _spec.planned(classified.analysis_key)
-    if (
-        spec is not None
-        and spec.analysis.nonzero
-        and not _spec.in_batch()
-        and spec.analysis.zero_in(classified.values)
-    ):
+    if spec is not None and spec.analysis.matches(classified.values) is False:
         spec = None  # a zero where it was verified nonzero: verified anew (``Analysis.nonzero``)
     if spec is None:
         degraded = _spec.degraded(classified.analysis_key)

@@ -580,3 +580,15 @@ def _optax_skips_a_zero_weight_decay() -> bool:
 
 # A zero weight decay is static at zero only where optax skips its term (tests/test_zero.py).
 OPTAX_SKIPS_A_ZERO_WEIGHT_DECAY = _optax_skips_a_zero_weight_decay()
+
+
+def scan_steps(tx: Any, params: Any, length: int = 3) -> Any:
+    """``length`` updates of ``tx`` in a ``lax.scan`` (the gradient ``sin(3 p)``), its state made
+    from ``params``: the parameters after them."""
+
+    def body(carry: Any, _: Any) -> Any:
+        params, state = carry
+        updates, state = tx.update(jax.tree.map(lambda p: jnp.sin(3 * p), params), state, params)
+        return (optax.apply_updates(params, updates), state), None
+
+    return jax.lax.scan(body, (params, tx.init(params)), None, length=length)[0][0]

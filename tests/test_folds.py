@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from helpers import sliced
+from helpers import scan_steps, sliced
 
 import optax_pytree as opx
 from optax_pytree import _backends, _folds, _leaves
@@ -156,12 +156,7 @@ def test_a_stale_object_computes_from_its_current_leaves(tpu: None) -> None:
 
 
 def _steps_traced(tx: Any) -> Any:
-    def body(carry: Any, _: Any) -> Any:
-        params, state = carry
-        updates, state = tx.update(jax.tree.map(lambda p: jnp.sin(3 * p), params), state, params)
-        return (optax.apply_updates(params, updates), state), None
-
-    return jax.lax.scan(body, (PARAMS, tx.init(PARAMS)), None, length=3)[0][0]
+    return scan_steps(tx, PARAMS)
 
 
 def test_grid_members_carry_their_own_folds(tpu: None) -> None:

@@ -25,6 +25,7 @@ from helpers import (
     assert_jit_bit_for_bit,
     assert_tree_allclose,
     counting_jit,
+    scan_steps,
     version,
 )
 
@@ -37,15 +38,7 @@ ZERO_STATIC = ("weight_decay",) if OPTAX_SKIPS_A_ZERO_WEIGHT_DECAY else ()
 PARAMS = {"w": jnp.linspace(-1.0, 1.0, 12).reshape(3, 4), "b": jnp.linspace(0.5, -0.5, 3)}
 
 
-def steps(tx: Any, params: Any) -> Any:
-    """Three updates in a scan, the state made from ``params``."""
-
-    def body(carry: Any, _: Any) -> Any:
-        params, state = carry
-        updates, state = tx.update(jax.tree.map(lambda x: jnp.sin(3.0 * x), params), state, params)
-        return (optax.apply_updates(params, updates), state), None
-
-    return jax.lax.scan(body, (params, tx.init(params)), None, length=3)[0][0]
+steps = scan_steps
 
 
 def plain(tx: Any) -> Any:
