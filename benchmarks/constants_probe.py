@@ -57,6 +57,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))  # the catalogue's arguments (te
 
 from optax_pytree import _backends  # noqa: E402
 from optax_pytree import _jaxprs as J  # noqa: E402
+from optax_pytree import _staged as S  # noqa: E402
 
 F32 = np.float32
 
@@ -196,14 +197,19 @@ class _Localizer:
     def __init__(self) -> None:
         self.found: list[dict[str, Any]] = []
         self.seen: set[Any] = set()
-        self.original = J.call
+        self.original = S.call
 
-    def call(self, fn: Any, hyper: Any, *args: Any, **kwargs: Any) -> Any:
-        flat_h, tree_h = jax.tree_util.tree_flatten(hyper)
+    def call(self, owner: Any, method: str, *args: Any, **kwargs: Any) -> Any:
+        """In place of ``_staged.call``: each eager call taken apart, then made as it is."""
+
+        def fn(h: Any, *a: Any, **k: Any) -> Any:
+            return getattr(owner.built_from(h), method)(*a, **k)
+
+        flat_h, tree_h = jax.tree_util.tree_flatten((owner.leaves, owner.exact))
         if any(J.is_tracer(x) for x in flat_h) or not flat_h:
-            return self.original(fn, hyper, *args, **kwargs)
+            return self.original(owner, method, *args, **kwargs)
         flat, tree = jax.tree_util.tree_flatten((args, kwargs))
-        where = [i for i, x in enumerate(flat) if J._is_array(x)]
+        where = [i for i, x in enumerate(flat) if J.is_array(x)]
         n = len(flat_h)
 
         def traced(*xs: Any) -> Any:
@@ -219,7 +225,7 @@ class _Localizer:
             self.run(closed.jaxpr, list(closed.consts), inputs, [True] * n + [False] * len(where))
         except Exception as e:  # noqa: BLE001 - a probe: say so and go on
             print(f"    (could not take it apart: {e!r:.160})")
-        return self.original(fn, hyper, *args, **kwargs)
+        return self.original(owner, method, *args, **kwargs)
 
     def run(
         self, jaxpr: Any, consts: list[Any], args: list[Any], derived_in: list[bool]
@@ -322,15 +328,13 @@ def catalogue(quick: bool, names: list[str] | None) -> dict[str, Any]:
 
 def _take_apart(h: Any, name: str, factory: Any, kind: str) -> None:
     localizer = _Localizer()
-    J.call = localizer.call
+    S.call = localizer.call
     try:
         wrapped = h.call(name, factory, h.wrapped)
         if kind == "schedule":
             core = wrapped._core
             for count in range(0, 300, 7):
-                J.call(
-                    lambda hyper, c: core.built_from(hyper)(c), (core.leaves, core.exact), jnp.asarray(count)
-                )
+                S.call(core, "__call__", jnp.asarray(count))
         else:
             params = h.PARAMS_FOR.get(name, lambda: h.PARAMS)()
             options = {k: v for k, v in h.RUN_OPTIONS.get(name, {}).items() if k != "scan"}
@@ -338,7 +342,7 @@ def _take_apart(h: Any, name: str, factory: Any, kind: str) -> None:
             for _ in range(5):
                 params, state = h.one_step(wrapped, params, state, **options)
     finally:
-        J.call = localizer.original
+        S.call = localizer.original
     if not localizer.found:
         print("    no single operation differs: a rewrite across operations")
 

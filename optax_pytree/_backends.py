@@ -4,7 +4,7 @@ Plain optax's hyperparameters are constants of its compiled program; a
 wrapped object's are arguments (one compilation for every value). Where the
 compiler treats a constant otherwise than a value it reads at run time, the
 wrapped build does for its leaves what the compiler does for the constant
-(``_jaxprs.call``), so both compute the same numbers. What each backend does
+(``_jaxprs.rewritten_call``), so both compute the same numbers. What each backend does
 is measured, not assumed (``benchmarks/constants_probe.py`` measures a
 column; docs/guide/numerics.md gives the figures), and kept here, one
 :class:`Treatment` per backend:

@@ -57,6 +57,15 @@ default object).
 14. ``_watch._STRUCTURES``: (a wrapped class, a spec) -> the one-level
     treedef of an object of that class and spec (a closure child's aux
     data). Safe: a function of both (the number of leaves is the spec's).
+15. ``_staged._PROGRAMS``: (a spec, the method called, the structures and
+    abstract types of the call's inputs, the backends' treatments, JAX's
+    trace context) -> the call's program with XLA's rewrites redone (a
+    closed jaxpr) and its output structure. Safe: the program is what the
+    factory's call traced with those inputs gives, and a spec is the
+    configuration (equal specs are interchangeable, as JAX's own ``jit``
+    caches already treat them); only calls whose hyperparameters are all
+    traced and whose arguments are all arrays are kept, and a program that
+    captures a value of another trace is not.
 
 Not caches in that sense, and not here: ``functools.lru_cache`` on pure
 functions of hashable arguments (``_leaves``' compiled converters and dtype

@@ -14,7 +14,7 @@ from typing import Any, TypeAlias
 
 import jax
 
-from . import _build, _jaxprs, _leaves
+from . import _build, _leaves, _staged
 from ._leaves import Exact, Leaves, Pending
 from ._spec import Spec
 
@@ -139,7 +139,7 @@ class Core:
         if plain is not None:
             return plain.init(params)
         try:
-            return _jaxprs.call(lambda h, p: self.built_from(h).init(p), self, params)
+            return _staged.call(self, "init", params)
         except Exception as e:
             _build.raise_traced_failure(e, self.spec, self.leaves, "init", lambda tx: tx.init(params))
             raise
@@ -150,9 +150,9 @@ class Core:
         if plain is not None:
             return plain.update(updates, state, params, **extra_args)
         try:
-            return _jaxprs.call(
-                lambda h, *a, **k: self.built_from(h).update(*a, **k),
+            return _staged.call(
                 self,
+                "update",
                 updates,
                 state,
                 params,

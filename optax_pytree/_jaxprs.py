@@ -54,6 +54,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import threading
 import warnings
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeGuard
@@ -126,22 +127,22 @@ def _xla_simplifies() -> bool:
     return True
 
 
-_REWRITE = _xla_simplifies()
+REWRITE = _xla_simplifies()
 
 
-def call(fn: Callable[..., Any], owner: Any, *args: Any, **kwargs: Any) -> Any:
-    """``fn(hyper, *args, **kwargs)``, ``hyper`` the owner's ``(leaves, exact)``, dividing by values
-    of ``hyper`` alone as by constants; ``owner``: the wrapped object's core (``_core.Core``),
-    whose carried folds (and its children's) stand for what the backend's compiler folds."""
-    hyper = (owner.leaves, owner.exact)
-    hyper_flat, hyper_tree = jax.tree_util.tree_flatten(hyper)
-    if not _REWRITE or not any(is_tracer(x) for x in hyper_flat):
-        return fn(hyper, *args, **kwargs)
-    flat, tree = jax.tree_util.tree_flatten((args, kwargs))
-    # Arrays are inputs of the jaxpr; anything else (a loss function given
-    # to a line search) is passed through as it is.
-    where = [i for i, x in enumerate(flat) if _is_array(x)]
-    n = len(hyper_flat)
+def rewritten_call(
+    fn: Callable[..., Any],
+    owner: Any,
+    hyper_tree: Any,
+    flat: list[Any],
+    tree: Any,
+    where: list[int],
+    inputs: list[Any],
+    plain: Callable[[], Any] | None,
+) -> Any:
+    """The call traced to a jaxpr and evaluated again with the rewrites, into the current trace;
+    where that fails, ``plain()`` (the call as it is), or :class:`NotStaged` where it is None."""
+    n = len(inputs) - len(where)
 
     def traced(*xs: Any) -> Any:
         h = jax.tree_util.tree_unflatten(hyper_tree, list(xs[:n]))
@@ -151,12 +152,14 @@ def call(fn: Callable[..., Any], owner: Any, *args: Any, **kwargs: Any) -> Any:
         a, k = jax.tree_util.tree_unflatten(tree, rest)
         return fn(h, *a, **k)
 
-    inputs = [*hyper_flat, *(flat[i] for i in where)]
     try:
         closed, shapes = jax.make_jaxpr(traced, return_shape=True)(*inputs)
     except TypeError:  # an output that is not an array: as it is
-        return fn(hyper, *args, **kwargs)
+        if plain is None:
+            raise NotStaged from None
+        return plain()
     out_tree = jax.tree_util.tree_structure(shapes)
+    hyper_flat = inputs[:n]
     derived = [True] * n + [False] * len(where)
     # A concrete leaf (the object closed over) is a constant of the program, as in plain optax.
     live = [is_tracer(x) for x in hyper_flat] + [False] * len(where)
@@ -166,11 +169,13 @@ def call(fn: Callable[..., Any], owner: Any, *args: Any, **kwargs: Any) -> Any:
     # cheaper than reading it from a loop's state (``_backends.step_zero``): the zero is made
     # from the first integer scalar among the arguments (an optimizer state's step count).
     counts = [x for x in inputs[n:] if is_tracer(x) and jnp.ndim(x) == 0 and _is_int(x)]
-    before = _ZERO[0]
-    _ZERO[0] = _backends.step_zero(counts[0]) if counts else None
+    before = _ZERO.value
+    _ZERO.value = _backends.step_zero(counts[0]) if counts else None
     try:
         outs = _rewritten(closed.jaxpr, closed.consts, inputs, derived, live, None, keys, folds)[0]
-    except Exception as error:  # noqa: BLE001 - the mechanism's own failure: never the factory's
+    except Exception as error:  # the mechanism's own failure: never the factory's
+        if plain is None:
+            raise NotStaged from error
         # The program was traced from ``fn`` already: what failed is the rewrite, not the
         # factory. Plain tracing still computes it (as a value read at run time would be).
         warnings.warn(
@@ -178,16 +183,25 @@ def call(fn: Callable[..., Any], owner: Any, *args: Any, **kwargs: Any) -> Any:
             f"{error}); computed without them, so under jit the numbers "
             "may differ from plain optax's in the last bits. This is optax_pytree's failure, "
             "not the factory's: please report it",
-            stacklevel=2,
+            stacklevel=3,
         )
-        return fn(hyper, *args, **kwargs)
+        return plain()
     finally:
-        _ZERO[0] = before
+        _ZERO.value = before
     return jax.tree_util.tree_unflatten(out_tree, outs)
 
 
-# The zero of the call being rewritten (``_backends.step_zero``), or None.
-_ZERO: list[Any] = [None]
+class NotStaged(Exception):
+    """The call could not be rewritten without a fallback (``rewritten_call`` with no ``plain``)."""
+
+
+class _Zero(threading.local):
+    """The zero of the call being rewritten in this thread (``_backends.step_zero``), or None."""
+
+    value: Any = None
+
+
+_ZERO = _Zero()
 
 
 def _is_int(x: Any) -> bool:
@@ -195,7 +209,7 @@ def _is_int(x: Any) -> bool:
     return bool(jnp.issubdtype(dtype, jnp.integer))
 
 
-def _is_array(x: Any) -> bool:
+def is_array(x: Any) -> bool:
     return isinstance(x, (jax.Array, int, float, complex)) or hasattr(x, "__array__")
 
 
@@ -286,7 +300,7 @@ def _rewritten(
             if k is not None:
                 keys[v] = k
 
-    zero = _ZERO[0]
+    zero = _ZERO.value
     done: dict[int, Any] = {}  # id -> a value laundered here (kept alive: ids stay unique)
 
     def laundered(x: Any) -> Any:
@@ -741,6 +755,11 @@ def _walk(core: Any, start: int, out: list[_Owner]) -> int:
 
 # Where a learning run records the folds it meets (``learning``), else None.
 _LEARNED: list[list[Any] | None] = [None]
+
+
+def is_learning() -> bool:
+    """Whether a learning run (:class:`learning`) is recording."""
+    return _LEARNED[0] is not None
 
 
 class learning:

@@ -29,8 +29,8 @@ from . import (
     _build,
     _closures,
     _flax_serialization,
-    _jaxprs,
     _leaves,
+    _staged,
     _trace_context,  # noqa: F401  # pyright: ignore[reportUnusedImport] - imported for its effect: the trace context
     _watch,
 )
@@ -353,7 +353,7 @@ class PyTreeSchedule(_Wrapped):
             # double precision, rounded once), whatever the backend's division does.
             out = plain(count)
             return out if isinstance(out, jax.Array) else jnp.asarray(out)
-        return _jaxprs.call(lambda h, c: core.built_from(h)(c), core, count)
+        return _staged.call(core, "__call__", count)
 
     # A plain object, not a tuple: ``jax.jit(schedule)`` keeps a weak
     # reference to the function it compiles, and tuples cannot be weakly

@@ -64,7 +64,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from . import _backends, _bind, _build, _carry, _jaxprs, _leaves, _spec
+from . import _backends, _bind, _build, _carry, _jaxprs, _leaves, _spec, _staged
 from ._build import as_transformation
 from ._classify import Classified
 from ._core import Core
@@ -614,7 +614,7 @@ def learned_folds(spec: _spec.Spec, leaves: Any, exact: Any, run: Callable[[Any]
         lv, ex = jax.tree_util.tree_unflatten(treedef, list(xs))
         core = Core.of(spec, lv, ex)
         if spec.kind is Kind.SCHEDULE:
-            return run(lambda count: _jaxprs.call(lambda h, c: core.built_from(h)(c), core, count))
+            return run(lambda count: _staged.call(core, "__call__", count))
         return run(optax.GradientTransformationExtraArgs(core.init, core.update))
 
     try:
