@@ -15,7 +15,10 @@ scan programs of inject_hyperparams and of the wrapped optimizer: each a new
 function (nothing of it in JAX's caches; every kind was traced and compiled
 once before, so no first-use cost of the process is timed), the persistent
 cache off, one XLA compilation each and no cache hit checked, six rounds in
-turn (two with ``--quick`` on the CPU); wrapped over inject_hyperparams.
+turn (two with ``--quick`` on the CPU); wrapped over inject_hyperparams. A
+third kind in each round compiles the wrapped program with the package's
+staged programs forgotten too (``_staged``: a configuration's first program in
+the process, a builder's first trial), reported beside it.
 
 Targets (issue 46): wrapped / inject_hyperparams per step within 10% at
 1,024 parameters and 3% from 101,386 up, compile time within 10%.
@@ -43,6 +46,7 @@ from _common import (
     summary,
 )
 from _report import Target, check, fmt, on_median, section, table
+from optax_pytree import _staged
 
 TITLE = "a step in a lax.scan, and its compile time"
 
@@ -118,13 +122,18 @@ def _compile_samples(
     rounds: int,
 ) -> dict[str, list[dict[str, float]]]:
     """``rounds`` compiles of each of inject_hyperparams' and the wrapped program, in turn (order
-    reversed every other round), each a new function (nothing cached), the persistent cache off."""
-    kinds = ("inject", "wrapped")
+    reversed every other round), each a new function (nothing of it in JAX's caches), the
+    persistent cache off; ``cold``: the wrapped program with the package's staged programs
+    forgotten as well (a configuration's first program in the process, ``_staged``)."""
+    kinds = ("inject", "wrapped", "cold")
     out: dict[str, list[dict[str, float]]] = {k: [] for k in kinds}
     with no_persistent_cache():
         for r in range(rounds):
             for kind in kinds if r % 2 == 0 else kinds[::-1]:
-                out[kind].append(compile_sample(jax.jit(fresh(programs[kind][0])), args[kind]))
+                if kind == "cold":
+                    _staged._PROGRAMS.clear()  # pyright: ignore[reportPrivateUsage]
+                same = "wrapped" if kind == "cold" else kind
+                out[kind].append(compile_sample(jax.jit(fresh(programs[same][0])), args[same]))
     return out
 
 
@@ -153,6 +162,9 @@ def _one(name: str, size: int, steps: int, calls: int, rounds: int, log: Log) ->
         "compile_ratio": summary(
             ratios([x["total_s"] for x in compiled["wrapped"]], [x["total_s"] for x in compiled["inject"]])
         ),
+        "compile_cold_ratio": summary(
+            ratios([x["total_s"] for x in compiled["cold"]], [x["total_s"] for x in compiled["inject"]])
+        ),
         "one_compile_each": all(
             x["compiles"] == 1 and x["cache_hits"] == 0 for v in compiled.values() for x in v
         ),
@@ -162,7 +174,7 @@ def _one(name: str, size: int, steps: int, calls: int, rounds: int, log: Log) ->
         f"{_us(out['inject_step_s'])} inject_hyperparams, {_us(out['wrapped_step_s'])} wrapped "
         f"(wrapped / inject {fmt(out['wrapped_over_inject'])}); the rate alone dynamic "
         f"{_us(out['rate_step_s'])} (/ raw {fmt(out['rate_over_raw'])}); compile wrapped / inject "
-        f"{fmt(out['compile_ratio'])}"
+        f"{fmt(out['compile_ratio'])} (its staged programs forgotten {fmt(out['compile_cold_ratio'])})"
     )
     return out
 
@@ -228,7 +240,8 @@ def markdown(r: dict[str, Any]) -> list[str]:
         table(
             "optimizer | parameters | raw optax | inject_hyperparams | wrapped | wrapped / inject | "
             "wrapped, the rate alone dynamic | its / raw | "
-            "compile (s): inject_hyperparams | wrapped | wrapped / inject",
+            "compile (s): inject_hyperparams | wrapped | wrapped / inject | "
+            "staged programs forgotten (s) | its / inject",
             [
                 [
                     row["optimizer"],
@@ -242,6 +255,8 @@ def markdown(r: dict[str, Any]) -> list[str]:
                     fmt(row["compile_s"]["inject"], 3),
                     fmt(row["compile_s"]["wrapped"], 3),
                     fmt(row["compile_ratio"]),
+                    fmt(row["compile_s"]["cold"], 3),
+                    fmt(row["compile_cold_ratio"]),
                 ]
                 for row in r["rows"]
             ],
