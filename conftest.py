@@ -5,7 +5,10 @@ module, the code of every guide page and every example's smoke run, and a
 representative slice of the large sets: each factory family of optax's
 catalogue, each combinator and inner of the composition matrix, each source
 of the corpus. It keeps to a budget (``tests/test_budget.py``): a number of
-tests, and on CI's machine a time.
+tests, and on CI's machine a time. The heaviest tests (``HEAVY``: the
+longest guide pages and examples, the end-to-end jobs, each over 4 s) are in
+the exhaustive sets, which CI runs: the default run stays under its time on
+a 2-core machine.
 
 **The exhaustive sets** are the tests marked ``exhaustive``: the rest of the
 catalogue (bit for bit, and through the drop-in), of the corpus and of the
@@ -149,7 +152,59 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+# The default run's heaviest tests, in the exhaustive sets (CI runs them): the seconds each took
+# in the default run on 2026-12-08 on the 2-core machine, where that run took 345 to 359 s with
+# them (CI's budget: 300 s).
+_HEAVY: dict[str, dict[str, float]] = {
+    "tests/test_docs.py": {
+        "test_page_code_runs[guide/sweeps.md]": 23.1,
+        "test_page_code_runs[guide/meta-learning.md]": 13.1,
+        "test_page_code_runs[guide/flax.md]": 7.2,
+        "test_page_code_runs[guide/equinox.md]": 5.5,
+        "test_page_code_runs[guide/checkpoints.md]": 5.4,
+        "test_page_code_runs[guide/how-wrapping-is-checked.md]": 5.3,
+        "test_page_code_runs[guide/population-based-training.md]": 4.7,
+    },
+    "tests/test_examples.py": {
+        "test_example_runs[digits_nnx.py]": 12.7,
+        "test_example_runs[sweep.py]": 9.4,
+        "test_example_runs[optuna_batched.py]": 5.3,
+    },
+    "tests/test_population.py": {
+        "test_a_donated_population_gives_its_buffers_to_the_outputs": 10.5,
+        "test_auto_takes_the_fastest_by_the_probe_and_remembers_it": 6.2,
+    },
+    "tests/test_dropin.py": {
+        "test_script_optimizer_is_an_ordinary_jit_argument": 10.2,
+        "test_script_runs_unchanged_with_the_same_losses": 5.7,
+    },
+    "tests/test_multiprocess.py": {
+        "test_in_one_process_they_are_shard_and_a_move_to_one_device_and_checkpoints_restore": 7.9,
+    },
+    "tests/test_corpus.py": {
+        "test_as_quiet_as_plain_optax[flax-imagenet-sgd-nesterov-warmup-cosine]": 7.8,
+    },
+    "tests/test_exactness_fixes.py": {
+        "test_only_the_closure_cell_the_verification_needs_is_static_and_a_sweep_compiles_once": 7.4,
+    },
+    "tests/test_sweep.py": {
+        "test_sharded_sweep_equals_the_unsharded_one": 6.2,
+    },
+    "tests/test_real_programs.py": {
+        "test_probing_shows_nothing_the_program_sees_what_optax_shows": 5.9,
+        "test_a_failure_of_the_mechanism_degrades_to_static_with_one_warning[difference]": 5.0,
+    },
+    "tests/test_flax.py": {
+        "test_linen_train_state_subclass_with_batch_stats[plain-tx]": 4.7,
+    },
+}
+HEAVY = {f"{path}::{name}": seconds for path, tests in _HEAVY.items() for name, seconds in tests.items()}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.nodeid in HEAVY:
+            item.add_marker(pytest.mark.exhaustive)
     dropped: list[pytest.Item] = []
     if not exhaustive(config):
         kept = [item for item in items if item.get_closest_marker("exhaustive") is None]
