@@ -60,7 +60,7 @@ default object).
 15. ``_staged._PROGRAMS``: (a spec, the method called, the structures and
     abstract types of the call's inputs, the backends' treatments, JAX's
     trace context) -> the call's program with XLA's rewrites redone (a
-    closed jaxpr) and its output structure. Safe: the program is what the
+    jaxpr and its constants) and its output structure. Safe: the program is what the
     factory's call traced with those inputs gives, and a spec is the
     configuration (equal specs are interchangeable, as JAX's own ``jit``
     caches already treat them); only calls whose hyperparameters are all

@@ -5,8 +5,8 @@ hyperparameters are traced builds the optax object anew and redoes XLA's
 rewrites of constants on its program (``_jaxprs.rewritten_call``): the
 factory's call traced to a jaxpr, then evaluated again equation by equation.
 That work is the same for every call of one configuration with inputs of the
-same types, so :func:`call` does it once (:func:`_program`: a closed jaxpr of
-the rewritten call, kept in ``_PROGRAMS``) and each later call binds that
+same types, so :func:`call` does it once (:func:`_program`: a jaxpr of the
+rewritten call and its constants, kept in ``_PROGRAMS``) and each later call binds that
 program's equations into its own trace: a new jitted function with the same
 optimizer (a builder called once per trial, a training function made again,
 a notebook cell run again) traces none of the factory's code again. JAX's own
@@ -40,7 +40,7 @@ from . import _backends, _jaxprs, _leaves
 from ._caches import cache
 
 if TYPE_CHECKING:  # JAX's own types of a program (``jax.extend.core``), for the reader and pyright
-    from jax.extend.core import ClosedJaxpr, JaxprEqn
+    from jax.extend.core import Jaxpr, JaxprEqn
 
 
 def call(owner: Any, method: str, *args: Any, **kwargs: Any) -> Any:
@@ -79,10 +79,10 @@ def call(owner: Any, method: str, *args: Any, **kwargs: Any) -> Any:
             if found is not None:
                 _PROGRAMS.set(key, found)
         if found is not None:
-            closed, out_tree = found
+            jaxpr, consts, out_tree = found
             # Each equation takes this call's source location, as when traced here: the
             # staging's own frames would make every location of the lowered program longer.
-            outs = jax_core.eval_jaxpr(closed.jaxpr, closed.consts, *inputs, propagate_source_info=False)
+            outs = jax_core.eval_jaxpr(jaxpr, consts, *inputs, propagate_source_info=False)
             return jax.tree_util.tree_unflatten(out_tree, outs)
     plain = lambda: fn(hyper, *args, **kwargs)  # noqa: E731
     return _jaxprs.rewritten_call(fn, owner, hyper_tree, flat, tree, where, inputs, plain)
@@ -96,10 +96,10 @@ def _program(
     where: list[int],
     flat: list[Any],
     inputs: list[Any],
-) -> tuple[ClosedJaxpr, Any] | None:
-    """The rewritten call as one closed jaxpr of ``inputs`` (the hyperparameters, then the
-    arguments), simplified (:func:`simplified`), and its output structure; None where it
-    cannot be staged so (the caller rewrites in place, as before)."""
+) -> tuple[Jaxpr, list[Any], Any] | None:
+    """The rewritten call as one jaxpr of ``inputs`` (the hyperparameters, then the arguments)
+    and its constants, simplified (:func:`simplified`), and its output structure; None where
+    it cannot be staged so (the caller rewrites in place, as before)."""
     box: list[Any] = []
 
     def staged(*xs: Any) -> Any:
@@ -114,7 +114,7 @@ def _program(
         return None
     if not box or any(_leaves.is_tracer(c) for c in closed.consts):
         return None  # a value of another trace captured: not a program of its inputs alone
-    return simplified(closed), box[0]
+    return (*simplified(closed.jaxpr, list(closed.consts)), box[0])
 
 
 def _program_key(owner: Any, method: str, hyper_tree: Any, tree: Any, inputs: list[Any]) -> Any:
@@ -137,7 +137,7 @@ _typeof: Callable[[Any], Any] = getattr(jax, "typeof", None) or vars(jax_core)["
 
 _PROGRAMS = cache(
     "(configuration, method, input structures and types, treatments, tracing context) -> the "
-    "rewritten call's closed jaxpr and output structure",
+    "rewritten call's jaxpr, its constants and its output structure",
     512,
 )
 
@@ -146,8 +146,9 @@ _PROGRAMS = cache(
 # Simplifying a staged program: what XLA would do first, done once per program.
 
 
-def simplified(closed: ClosedJaxpr) -> ClosedJaxpr:
-    """``closed`` with equal computations shared and conversions to the same type dropped.
+def simplified(jaxpr: Jaxpr, consts: list[Any]) -> tuple[Jaxpr, list[Any]]:
+    """``jaxpr`` (and its ``consts``) with equal computations shared and conversions to the same
+    type dropped.
 
     Each equation of an effect-free, first-order primitive whose operands and
     parameters equal an earlier one's is replaced by that one's outputs (the
@@ -156,7 +157,6 @@ def simplified(closed: ClosedJaxpr) -> ClosedJaxpr:
     then what nothing reads is removed. The same values: XLA does each of these
     at compile time, so only the work of getting there is saved.
     """
-    jaxpr = closed.jaxpr
     rename: dict[Any, Any] = {}
     seen: dict[Any, list[Any]] = {}
     eqns: list[Any] = []
@@ -183,8 +183,8 @@ def simplified(closed: ClosedJaxpr) -> ClosedJaxpr:
     new = jaxpr.replace(eqns=eqns, outvars=outvars)
     from jax._src.interpreters import partial_eval as pe
 
-    new, _, _ = pe.dce_jaxpr_consts(new, [True] * len(outvars), instantiate=True)
-    return jax_core.ClosedJaxpr(new, closed.consts)
+    new, used_consts, _ = pe.dce_jaxpr_consts(new, [True] * len(outvars), instantiate=True)
+    return new, [c for c, used in zip(consts, used_consts) if used]
 
 
 def _is_noop_convert(eqn: JaxprEqn) -> bool:

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import optax
 import pytest
 from helpers import exhaustive
+from jax._src import core as jax_core
 
 import optax_pytree as opx
 from optax_pytree import _backends, _caches, _staged
@@ -162,3 +163,21 @@ def test_what_is_not_staged_is_rewritten_in_place() -> None:
 
     jax.jit(step)(lbfgs, lbfgs.init(params))
     assert not _staged._PROGRAMS.data  # pyright: ignore[reportPrivateUsage]
+
+
+def test_a_simplified_program_keeps_its_constants_in_step() -> None:
+    # The equation that reads a constant is removed: the program's constants stay those its
+    # constvars name (JAX 0.12's program holds its constants, earlier ones are beside it).
+    table = jnp.array([1.0, 2.0])
+
+    def f(x: jax.Array) -> tuple[jax.Array, jax.Array]:
+        unused = x + table
+        del unused
+        return jnp.sin(x) * 2.0, jnp.sin(x).astype(jnp.float32)
+
+    closed = jax.make_jaxpr(f)(jnp.ones(2))
+    jaxpr, consts = _staged.simplified(closed.jaxpr, list(closed.consts))
+    assert len(consts) == len(jaxpr.constvars)
+    assert [e.primitive.name for e in jaxpr.eqns] == ["sin", "mul"]
+    x = jnp.array([0.5, -1.5])
+    chex.assert_trees_all_equal(jax_core.eval_jaxpr(jaxpr, consts, x), list(f(x)))
