@@ -177,7 +177,9 @@ def simplified(jaxpr: Jaxpr, consts: list[Any]) -> tuple[Jaxpr, list[Any]]:
             if earlier is not None:
                 rename.update(zip(eqn.outvars, earlier))
                 continue
-            seen[k] = list(eqn.outvars)
+            # An output nothing read where it was traced (``_``) cannot stand for a later one.
+            if not any(isinstance(v, jax_core.DropVar) for v in eqn.outvars):
+                seen[k] = list(eqn.outvars)
         eqns.append(eqn)
     outvars = [sub(v) for v in jaxpr.outvars]
     new = jaxpr.replace(eqns=eqns, outvars=outvars)

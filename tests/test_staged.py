@@ -181,3 +181,18 @@ def test_a_simplified_program_keeps_its_constants_in_step() -> None:
     assert [e.primitive.name for e in jaxpr.eqns] == ["sin", "mul"]
     x = jnp.array([0.5, -1.5])
     chex.assert_trees_all_equal(jax_core.eval_jaxpr(jaxpr, consts, x), list(f(x)))
+
+
+def test_an_output_dropped_where_it_was_traced_is_not_shared() -> None:
+    # The first sort's second output is not read, the second sort's is: where JAX traces the
+    # unread one as dropped (``DropVar``: JAX 0.5's jaxprs; found by CI's floor stage), the
+    # second is computed, not read from the first's dropped output.
+    def f(x: jax.Array) -> tuple[jax.Array, jax.Array]:
+        a, _ = jax.lax.sort((x, -x), num_keys=1)
+        _, b = jax.lax.sort((x, -x), num_keys=1)
+        return a, b
+
+    closed = jax.make_jaxpr(f)(jnp.ones(3))
+    jaxpr, consts = _staged.simplified(closed.jaxpr, list(closed.consts))
+    x = jnp.array([7.0, -4.0, 1.0])
+    chex.assert_trees_all_equal(jax_core.eval_jaxpr(jaxpr, consts, x), list(f(x)))
