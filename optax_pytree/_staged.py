@@ -75,10 +75,10 @@ def call(owner: Any, method: str, *args: Any, **kwargs: Any) -> Any:
     if key is not None:
         found = _PROGRAMS.get(key)
         if found is None:
-            found = _program(fn, owner, hyper_tree, tree, where, flat, inputs)
-            if found is not None:
-                _PROGRAMS.set(key, found)
-        if found is not None:
+            # A configuration that cannot be staged is remembered so too: not tried again.
+            found = _program(fn, owner, hyper_tree, tree, where, flat, inputs) or _NOT_STAGED
+            _PROGRAMS.set(key, found)
+        if found is not _NOT_STAGED:
             jaxpr, consts, out_tree = found
             # Each equation takes this call's source location, as when traced here: the
             # staging's own frames would make every location of the lowered program longer.
@@ -135,9 +135,12 @@ def _program_key(owner: Any, method: str, hyper_tree: Any, tree: Any, inputs: li
 _typeof: Callable[[Any], Any] = getattr(jax, "typeof", None) or vars(jax_core)["get_aval"]
 
 
+# What ``_PROGRAMS`` keeps for a configuration whose call could not be staged.
+_NOT_STAGED: Any = object()
+
 _PROGRAMS = cache(
     "(configuration, method, input structures and types, treatments, tracing context) -> the "
-    "rewritten call's jaxpr, its constants and its output structure",
+    "rewritten call's jaxpr, its constants and its output structure (or: not staged)",
     512,
 )
 

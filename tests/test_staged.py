@@ -196,3 +196,19 @@ def test_an_output_dropped_where_it_was_traced_is_not_shared() -> None:
     jaxpr, consts = _staged.simplified(closed.jaxpr, list(closed.consts))
     x = jnp.array([7.0, -4.0, 1.0])
     chex.assert_trees_all_equal(jax_core.eval_jaxpr(jaxpr, consts, x), list(f(x)))
+
+
+def test_a_configuration_that_cannot_be_staged_is_tried_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    _caches.clear_caches()
+    tried: list[int] = []
+
+    def failing(*args: Any) -> None:
+        tried.append(1)  # as when the staging fails: rewritten in place
+
+    monkeypatch.setattr(_staged, "_program", failing)
+    tx = opx.wrap(optax.adam, 1e-2)
+    state = tx.init(PARAMS)
+    first = jax.jit(lambda tx, s: _step(tx, s))(tx, state)
+    second = jax.jit(lambda tx, s: _step(tx, s))(tx, state)
+    assert tried == [1]
+    chex.assert_trees_all_equal(first, second)
